@@ -1,0 +1,246 @@
+"""Hopper (sm_90a): warpgroup MMA, async-proxy fence, mbarrier, bulk copies.
+
+PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions
+mbarrier: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier
+cp.async.bulk: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk
+
+wgmma: the four warps of a warpgroup (128 consecutive threads, first warp a multiple of 4)
+compute D(64×N, f32) += A(64×16) · B(16×N) with A and B in shared memory, each named by a
+64-bit matrix descriptor (:func:`make_smem_desc`). Sequence per k-step: ``wgmma_fence()``
+(order register/shared writes before the async op), the mma, ``wgmma_commit_group()``,
+and ``wgmma_wait_group(0)`` before reading the accumulator. The accumulator is a tuple of
+N/2 float32 per thread, updated in place (its registers are tied to the outputs). Thread
+``t`` of warp ``w`` holds, for ``j`` in 0..N/8-1, elements ``4j..4j+3`` at rows
+``16w + t//4`` (``4j``, ``4j+1``) and ``16w + t//4 + 8`` (``4j+2``, ``4j+3``), columns
+``8j + 2·(t%4)`` and ``+1`` — the m16n8 C layout repeated along N.
+
+Compile for sm_90a: ``cuda.compile_ptx(..., cc=(9, 0, "a"))``; a kernel launched through
+numba on an sm_90 device is assembled for sm_90a already (numba adds the ``a`` when it
+links for the current device). Compiling these for sm_80/89 raises
+:class:`~kaionb.ptx_patches.ArchitectureError` naming the instruction.
+
+TMA (``cp.async.bulk.tensor``): the CUDA idiom passes the 128-byte CUtensorMap as a
+``const __grid_constant__`` kernel parameter; numba has no way to declare one (kernel
+arguments are numba types, and there is no 128-byte opaque by-value parameter nor the
+``.param`` address it would need). What works instead: (1) the 1-D bulk copy
+``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`` below, which needs no
+tensor map — a contiguous run of bytes (multiple of 16) per copy, completion signalled on
+an mbarrier; or (2) a tensor map encoded on the host (``cuTensorMapEncodeTiled``), copied
+into global memory, and passed as a uint64 generic address to
+:data:`cp_async_bulk_tensor_2d_global_to_shared` (the ISA accepts a tensor map in global
+memory; prefetch it with ``prefetch.tensormap``). (2) is declared and assembled here but
+not yet exercised on a GPU; (1) and cp.async + mbarrier are the tested paths.
+"""
+
+from llvmlite import ir
+from numba import config, cuda, types
+from numba.cuda.extending import intrinsic
+
+from ._factory import IMM, ptx_instruction
+
+_SM90A = (lambda cc: cc == (9, 0), "sm_90a")
+_SM90 = (lambda cc: cc >= (9, 0), "sm_90 or newer")
+
+
+def _wgmma(n: int, ab: str):
+    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
+    count = n // 2
+    acc = ", ".join(f"${i}" for i in range(count))
+    # $count, $count+1: descriptors; $count+2: scale-d (0 → D = A·B, else D += A·B).
+    template = (
+        f"{{ .reg .pred p; setp.ne.b32 p, ${count + 2}, 0;\n"
+        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, p, 1, 1, 0, 0; }}"
+    )
+    acc_type = types.UniTuple(types.float32, count)
+    return ptx_instruction(
+        f"wgmma_m64n{n}k16_f32_{ab}",
+        template,
+        outputs=acc_type,
+        inputs=(types.uint64, types.uint64, types.uint32, acc_type),
+        tied=3,
+        side_effect=True,
+        memory=True,
+        arch=_SM90A,
+        instruction=ptx,
+        doc=f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, acc: {count}×f32) -> "
+        f"acc. A and B K-major in shared memory, no transposes; scale_d = 0 ignores acc.",
+    )
+
+
+wgmma_m64n64k16_f32_f16 = _wgmma(64, "f16")
+wgmma_m64n128k16_f32_f16 = _wgmma(128, "f16")
+wgmma_m64n64k16_f32_bf16 = _wgmma(64, "bf16")
+wgmma_m64n128k16_f32_bf16 = _wgmma(128, "bf16")
+
+wgmma_fence = ptx_instruction(
+    "wgmma_fence",
+    "wgmma.fence.sync.aligned;",
+    side_effect=True,
+    memory=True,
+    arch=_SM90A,
+    doc="``wgmma.fence.sync.aligned;``: order prior accumulator/shared writes before wgmma.",
+)
+
+wgmma_commit_group = ptx_instruction(
+    "wgmma_commit_group",
+    "wgmma.commit_group.sync.aligned;",
+    side_effect=True,
+    memory=True,
+    arch=_SM90A,
+    doc="``wgmma.commit_group.sync.aligned;``: close the group of issued wgmmas.",
+)
+
+wgmma_wait_group = ptx_instruction(
+    "wgmma_wait_group",
+    "wgmma.wait_group.sync.aligned $0;",
+    inputs=(IMM,),
+    side_effect=True,
+    memory=True,
+    arch=_SM90A,
+    doc="``wgmma.wait_group.sync.aligned N;``: wait until at most N groups are pending.",
+)
+
+fence_proxy_async_shared = ptx_instruction(
+    "fence_proxy_async_shared",
+    "fence.proxy.async.shared::cta;",
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``fence.proxy.async.shared::cta;``: make generic-proxy shared-memory writes "
+    "(st.shared, cp.async) visible to the async proxy (wgmma, bulk copies).",
+)
+
+mbarrier_init = ptx_instruction(
+    "mbarrier_init",
+    "mbarrier.init.shared::cta.b64 [$0], $1;",
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``mbarrier.init.shared::cta.b64 [bar], count;`` (bar: u32 shared address of a "
+    "uint64, count: arrivals per phase).",
+)
+
+mbarrier_arrive = ptx_instruction(
+    "mbarrier_arrive",
+    "mbarrier.arrive.shared::cta.b64 $0, [$1];",
+    outputs=types.uint64,
+    inputs=(types.uint32,),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``mbarrier.arrive.shared::cta.b64 state, [bar];`` -> the phase state (u64).",
+)
+
+mbarrier_arrive_expect_tx = ptx_instruction(
+    "mbarrier_arrive_expect_tx",
+    "mbarrier.arrive.expect_tx.shared::cta.b64 $0, [$1], $2;",
+    outputs=types.uint64,
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``mbarrier.arrive.expect_tx.shared::cta.b64 state, [bar], tx_bytes;``: arrive "
+    "and expect ``tx_bytes`` more bytes from async copies before the phase completes.",
+)
+
+mbarrier_try_wait_parity = ptx_instruction(
+    "mbarrier_try_wait_parity",
+    "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
+    "selp.u32 $0, 1, 0, p; }",
+    outputs=types.uint32,
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    instruction="mbarrier.try_wait.parity.shared::cta.b64",
+    doc="``mbarrier.try_wait.parity.shared::cta.b64``: (bar, parity) -> 1 once the phase "
+    "with that parity has completed, else 0 after a hardware timeout; loop on it.",
+)
+
+cp_async_bulk_global_to_shared = ptx_instruction(
+    "cp_async_bulk_global_to_shared",
+    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+    inputs=(types.uint32, types.uint64, types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], "
+    "[src], size, [bar];``: TMA 1-D copy (size and addresses multiples of 16 bytes); "
+    "completes ``size`` transaction bytes on the mbarrier.",
+)
+
+cp_async_bulk_tensor_2d_global_to_shared = ptx_instruction(
+    "cp_async_bulk_tensor_2d_global_to_shared",
+    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+    "[$0], [$1, {$2, $3}], [$4];",
+    inputs=(types.uint32, types.uint64, types.int32, types.int32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    instruction="cp.async.bulk.tensor.2d",
+    doc="``cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::"
+    "bytes [dst], [tensor_map, {x, y}], [bar];`` with the tensor map in global memory "
+    "(generic address as u64). Assembled, not yet run on a GPU.",
+)
+
+prefetch_tensormap = ptx_instruction(
+    "prefetch_tensormap",
+    "prefetch.tensormap [$0];",
+    inputs=(types.uint64,),
+    side_effect=True,
+    arch=_SM90,
+    doc="``prefetch.tensormap [addr];``: bring a tensor map in global memory into cache.",
+)
+
+
+@cuda.jit(device=True, inline=True)
+def make_smem_desc(saddr, stride_bytes, swizzle_bytes):
+    """The 64-bit wgmma shared-memory descriptor of a K-major tile at ``saddr``.
+
+    Fields (PTX ISA "Matrix Descriptor Format"): bits 0-13 start address >> 4; 16-29
+    leading-dimension byte offset >> 4 (unused for swizzled K-major layouts: 1);
+    32-45 stride byte offset >> 4 (bytes between consecutive 8-row groups); 62-63 swizzle
+    (1: 128-byte, 2: 64-byte, 3: 32-byte, 0: none). For a tile whose rows are 128 bytes
+    (64 halves) stored with the 128-byte swizzle (:func:`kaionb.kernels.helpers.tiles.
+    swizzle_128b`), ``stride_bytes = 1024``; advance ``saddr`` by 32 bytes per k-step of 16.
+    The tile must start on a 1024-byte boundary.
+    """
+    mode = 0
+    if swizzle_bytes == 128:
+        mode = 1
+    elif swizzle_bytes == 64:
+        mode = 2
+    elif swizzle_bytes == 32:
+        mode = 3
+    desc = types.uint64((saddr & 0x3FFFF) >> 4)
+    desc |= types.uint64(1) << 16
+    desc |= types.uint64((stride_bytes & 0x3FFFF) >> 4) << 32
+    desc |= types.uint64(mode) << 62
+    return desc
+
+
+def _accumulator_zeros_typer(typingctx, n):
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    acc_type = types.UniTuple(types.float32, n.literal_value)
+
+    def codegen(context, builder, sig, args):
+        zero = ir.Constant(ir.FloatType(), 0.0)
+        return context.make_tuple(builder, acc_type, [zero] * n.literal_value)
+
+    return acc_type(n), codegen
+
+
+if config.ENABLE_CUDASIM:
+
+    def accumulator_zeros(n):
+        """A tuple of ``n`` float32 zeros."""
+        return (0.0,) * n
+
+else:
+    accumulator_zeros = intrinsic(_accumulator_zeros_typer)
+    accumulator_zeros.__doc__ = (
+        "A tuple of ``n`` (a constant) float32 zeros: the initial wgmma accumulator "
+        "(numba-cuda cannot multiply tuples in a kernel). No PTX."
+    )
