@@ -1,0 +1,92 @@
+"""Offline compilation: numba → PTX for a named architecture, and ptxas to assemble it.
+
+Works without a GPU: ``numba.cuda.compile_ptx`` needs only NVVM, and ptxas ships in the
+``nvidia-cuda-nvcc-cu12`` wheel that numba-cuda's ``cu12`` extra installs. This is what lets
+CI (no GPU) prove that every kernel the package ships compiles and assembles for each
+architecture we support.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# The architectures every shipped kernel is checked on: Ampere, Ada, Hopper (arch-specific,
+# so that wgmma/setmaxnreg kernels assemble too). Keys are numba's ``cc`` tuples.
+CHECK_ARCHS: dict[tuple, str] = {
+    (8, 0): "sm_80",
+    (8, 9): "sm_89",
+    (9, 0, "a"): "sm_90a",
+}
+
+_ENTRY_RE = re.compile(r"^\.visible \.entry\s+([A-Za-z0-9_$]+)\(", re.MULTILINE)
+
+
+def arch_name(cc: tuple) -> str:
+    """``(9, 0, "a") -> "sm_90a"``, ``(8, 0) -> "sm_80"``."""
+    return "sm_%d%d%s" % (cc[0], cc[1], cc[2] if len(cc) > 2 else "")
+
+
+def entry_name(ptx: str) -> str:
+    """The mangled name of the one kernel entry in a PTX module."""
+    names = _ENTRY_RE.findall(ptx)
+    if len(names) != 1:
+        raise ValueError(f"expected exactly one .entry in the PTX module, found {len(names)}")
+    return names[0]
+
+
+@functools.lru_cache(maxsize=1)
+def find_ptxas() -> str | None:
+    """ptxas from the nvidia-cuda-nvcc wheel first, then $CUDA_HOME, then PATH."""
+    candidates = []
+    for base in sys.path:
+        candidates.append(Path(base) / "nvidia" / "cuda_nvcc" / "bin" / "ptxas")
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            candidates.append(Path(os.environ[env]) / "bin" / "ptxas")
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return shutil.which("ptxas")
+
+
+def assemble(ptx: str, arch: str, *, verbose: bool = True) -> str:
+    """Assemble PTX with ptxas for ``arch`` (e.g. "sm_90a"); return ptxas's report.
+
+    Raises RuntimeError with ptxas's message when assembly fails. ``verbose`` asks for the
+    register / shared-memory / spill report (``ptxas -v``).
+    """
+    ptxas = find_ptxas()
+    if ptxas is None:
+        raise RuntimeError("ptxas not found: install numba-cuda[cu12] (nvidia-cuda-nvcc-cu12)")
+    with tempfile.TemporaryDirectory(prefix="kaionb-ptxas-") as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx)
+        cmd = [ptxas, f"-arch={arch}", "-o", str(Path(tmp) / "kernel.cubin"), str(src)]
+        if verbose:
+            cmd.insert(1, "-v")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas -arch={arch} failed:\n{proc.stderr.strip()}")
+    return proc.stderr
+
+
+_SPILL_RE = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS_RE = re.compile(r"Used (\d+) registers")
+
+
+def parse_report(report: str) -> dict:
+    """Registers and spill bytes from a ``ptxas -v`` report."""
+    regs = _REGS_RE.search(report)
+    spills = _SPILL_RE.search(report)
+    return {
+        "registers": int(regs.group(1)) if regs else None,
+        "spill_stores": int(spills.group(1)) if spills else 0,
+        "spill_loads": int(spills.group(2)) if spills else 0,
+    }

@@ -1,0 +1,517 @@
+"""DeviceArray: an n-dimensional array in GPU memory that speaks NumPy's vocabulary.
+
+Memory comes from CUDA's stream-ordered allocator (cuda.core's ``DeviceMemoryResource``,
+i.e. ``cuMemAllocFromPoolAsync``) on the current stream and goes back to it when the last
+array viewing it dies. Arrays made from other libraries' memory (CuPy, PyTorch, numba —
+anything with ``__dlpack__`` or ``__cuda_array_interface__``) are zero-copy: same pointer,
+the producer kept alive for as long as any view of it lives.
+
+Strides are in bytes, as in NumPy. Host transfer happens only when asked (``.get()``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import ml_dtypes
+import numpy as np
+
+from ._device import Stream, check_driver, current_device, current_stream
+
+# The element types kaionb stores. Half types are NumPy dtypes through ml_dtypes.
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
+    np.float64, np.float32, np.float16, ml_dtypes.bfloat16,
+    np.int64, np.int32, np.uint32, np.int16, np.uint16, np.int8, np.uint8, np.bool_))
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+# DLPack device types (dlpack.h): what counts as memory a kernel may touch.
+_DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
+_DLPACK_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA pinned host", 4: "OpenCL", 7: "Vulkan",
+                        8: "Metal", 9: "VPI", 10: "ROCm", 11: "ROCm host", 13: "CUDA managed",
+                        14: "oneAPI"}
+
+
+def normalize_dtype(dtype, where: str = "kaionb") -> np.dtype:
+    """``dtype`` as a NumPy dtype kaionb can store, or a TypeError naming ``where``."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{where}: {dtype!r} is not a dtype") from exc
+    if dt not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{where}: dtype {dt} is not supported (supported: {names})")
+    return dt
+
+
+def normalize_shape(shape, where: str = "kaionb") -> tuple[int, ...]:
+    if isinstance(shape, (numbers.Integral, np.integer)):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise TypeError(f"{where}: shape must be an int or a tuple of ints, got "
+                        f"{type(shape).__name__}") from None
+    out = []
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (numbers.Integral, np.integer)):
+            raise TypeError(f"{where}: shape entries must be ints, got {d!r} in {dims}")
+        if d < 0:
+            raise ValueError(f"{where}: shape entries must be >= 0, got {dims}")
+        out.append(int(d))
+    return tuple(out)
+
+
+def _contiguous_strides(shape, itemsize) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+class DeviceArray:
+    """An array in device memory. Create with ``kaionb.asarray``, ``empty``, ``zeros``, ..."""
+
+    __slots__ = ("shape", "strides", "dtype", "ptr", "device_id", "_owner", "_numba_abi",
+                 "requires_grad", "grad", "__weakref__")
+
+    # Keep NumPy from treating us as a sequence in mixed expressions (ndarray op DeviceArray).
+    __array_priority__ = 100
+
+    def __init__(self, shape, dtype, strides, ptr, owner, device_id=0):
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = strides
+        self.ptr = ptr
+        self.device_id = device_id
+        self._owner = owner  # keeps the memory alive: a cuda.core Buffer or a producer
+        # numba's kernel ABI for an array argument: meminfo, parent, nitems, itemsize, data,
+        # shape, strides (kernels.launch packs this tuple as is).
+        self._numba_abi = (0, 0, math.prod(shape), dtype.itemsize, ptr) + shape + strides
+        self.requires_grad = False
+        self.grad = None
+
+    # -- NumPy vocabulary --------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return self._numba_abi[2]
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def device(self) -> int:
+        return self.device_id
+
+    @property
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return self.size <= 1 or all(
+            st == cst for d, st, cst in zip(self.shape, self.strides,
+                                           _contiguous_strides(self.shape, self.itemsize))
+            if d != 1)
+
+    @property
+    def T(self) -> "DeviceArray":
+        return self.transpose()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device_id}, "
+                f"ptr=0x{self.ptr:x})")
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("DeviceArray lives in GPU memory: call .get() to copy it to a NumPy "
+                        "array explicitly")
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError("the truth value of a DeviceArray with more than one element is "
+                             "ambiguous")
+        return bool(self.get())
+
+    def __matmul__(self, other):
+        from .kernels.matmul import matmul
+
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from .kernels.matmul import matmul
+
+        return matmul(other, self)
+
+    # -- views --------------------------------------------------------------------------
+    def _view(self, shape, strides, offset_bytes=0, dtype=None) -> "DeviceArray":
+        return DeviceArray(tuple(shape), dtype or self.dtype, tuple(strides),
+                           self.ptr + offset_bytes, self._owner, self.device_id)
+
+    def transpose(self, *axes) -> "DeviceArray":
+        if len(axes) == 1 and not isinstance(axes[0], (numbers.Integral, np.integer)):
+            axes = tuple(axes[0])
+        if not axes:
+            axes = tuple(reversed(range(self.ndim)))
+        if sorted(operator.index(a) % max(self.ndim, 1) for a in axes) != list(range(self.ndim)):
+            raise ValueError(f"transpose: axes {axes} are not a permutation of "
+                             f"{tuple(range(self.ndim))}")
+        axes = [operator.index(a) % self.ndim for a in axes]
+        return self._view([self.shape[a] for a in axes], [self.strides[a] for a in axes])
+
+    def reshape(self, *shape) -> "DeviceArray":
+        """A view when the memory layout allows it (C-contiguous), else a contiguous copy."""
+        if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
+            shape = tuple(shape[0])
+        shape = list(shape)
+        unknown = [i for i, d in enumerate(shape) if d == -1]
+        if len(unknown) > 1:
+            raise ValueError("reshape: only one dimension can be -1")
+        if unknown:
+            known = math.prod(d for d in shape if d != -1)
+            if known == 0 or self.size % known:
+                raise ValueError(f"reshape: cannot reshape array of size {self.size} into "
+                                 f"shape {tuple(shape)}")
+            shape[unknown[0]] = self.size // known
+        shape = normalize_shape(shape, "reshape")
+        if math.prod(shape) != self.size:
+            raise ValueError(f"reshape: cannot reshape array of size {self.size} into shape "
+                             f"{shape}")
+        source = self if self.is_c_contiguous else self.copy()
+        return source._view(shape, _contiguous_strides(shape, self.itemsize))
+
+    def view(self, dtype) -> "DeviceArray":
+        """The same bytes read as another dtype of the same itemsize (e.g. bf16 as uint16)."""
+        dt = normalize_dtype(dtype, "DeviceArray.view")
+        if dt.itemsize != self.itemsize:
+            raise ValueError(f"DeviceArray.view: {dt} has itemsize {dt.itemsize}, the array's "
+                             f"{self.dtype} has {self.itemsize}; only same-size views are allowed")
+        return self._view(self.shape, self.strides, dtype=dt)
+
+    def __getitem__(self, key) -> "DeviceArray":
+        """Basic indexing (ints, slices with steps, ``...``, ``None``): always a view."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if n_real > self.ndim:
+            raise IndexError(f"too many indices: array is {self.ndim}-dimensional, but "
+                             f"{n_real} were indexed")
+        expanded = []
+        for k in key:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - n_real))
+            else:
+                expanded.append(k)
+        expanded.extend([slice(None)] * (self.ndim - sum(1 for k in expanded if k is not None)))
+        shape, strides, offset, axis = [], [], 0, 0
+        for k in expanded:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            dim, stride = self.shape[axis], self.strides[axis]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(dim)
+                length = len(range(start, stop, step))
+                if length:
+                    offset += start * stride
+                shape.append(length)
+                strides.append(stride * step)
+            elif isinstance(k, (numbers.Integral, np.integer)) and not isinstance(k, bool):
+                i = int(k)
+                if not -dim <= i < dim:
+                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size {dim}")
+                offset += (i % dim) * stride
+            else:
+                raise IndexError(f"DeviceArray supports basic indexing only (ints, slices, "
+                                 f"..., None); got {type(k).__name__}")
+            axis += 1
+        return self._view(shape, strides, offset if math.prod(shape) else 0)
+
+    # -- copies and conversion ------------------------------------------------------------
+    def copy(self) -> "DeviceArray":
+        """A C-contiguous copy on the device."""
+        out = empty(self.shape, self.dtype)
+        _copy_into(out, self)
+        return out
+
+    def astype(self, dtype) -> "DeviceArray":
+        """A converted copy on the device (float ↔ half types round to nearest even)."""
+        dt = normalize_dtype(dtype, "astype")
+        if dt == self.dtype:
+            return self.copy()
+        out = empty(self.shape, dt)
+        _copy_into(out, self)
+        return out
+
+    def fill(self, value) -> "DeviceArray":
+        """Set every element to ``value`` (in place); returns self."""
+        if self.size == 0:
+            return self
+        if self.is_c_contiguous:
+            _memset(self, np.asarray(value).astype(self.dtype, casting="unsafe"))
+        else:
+            _copy_into(self, full(self.shape, value, self.dtype))
+        return self
+
+    def get(self, stream=None) -> np.ndarray:
+        """Copy to a new NumPy array (waits for the stream the copy runs on)."""
+        src = self if self.is_c_contiguous else self.copy()
+        host = np.empty(self.shape, self.dtype)
+        if self.size:
+            from cuda.bindings import driver
+
+            handle = current_stream().handle if stream is None else Stream.wrap(stream).handle
+            (err,) = driver.cuMemcpyDtoHAsync(host.ctypes.data, src.ptr, self.nbytes, handle)
+            check_driver(err, "DeviceArray.get: cuMemcpyDtoHAsync")
+            (err,) = driver.cuStreamSynchronize(handle)
+            check_driver(err, "DeviceArray.get: cuStreamSynchronize")
+        return host
+
+    # -- export ---------------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.dtype == bfloat16:
+            # CAI has no bfloat16 typestr ('<V2' would be read as raw bytes).
+            raise AttributeError("bfloat16 has no CUDA Array Interface type: use DLPack "
+                                 "(__dlpack__) or .view(numpy.uint16)")
+        handle = current_stream().handle
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "strides": None if self.is_c_contiguous else self.strides,
+            "version": 3,
+            # CAI v3: 1 is the legacy default stream; 0 is not allowed.
+            "stream": handle if handle else 1,
+        }
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_DLPACK_CUDA, self.device_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule; work pending on kaionb's stream is ordered before
+        ``stream`` (the consumer's) — DLPack: None = legacy default, -1 = no sync."""
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"DeviceArray.__dlpack__: cannot export to device {dl_device}")
+        if copy:
+            return self.copy().__dlpack__(stream=stream, max_version=max_version)
+        if stream != -1:
+            consumer = 0 if stream in (None, 1, 2) else int(stream)
+            _order_streams(current_stream().handle, consumer)
+        return self._memory_view().__dlpack__(stream=-1, max_version=max_version)
+
+    def _memory_view(self):
+        from cuda.core import Buffer
+        from cuda.core.utils import StridedMemoryView
+
+        # Size of the span the view touches (non-negative strides: a view's ptr is its start).
+        span = (1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))) * \
+            self.itemsize if self.size else 0
+        buf = Buffer.from_handle(self.ptr, max(span, self.itemsize), owner=self)
+        elem_strides = tuple(s // self.itemsize for s in self.strides)
+        return StridedMemoryView.from_buffer(buf, self.shape, elem_strides, dtype=self.dtype)
+
+
+def _order_streams(producer: int, consumer: int) -> None:
+    """Make ``consumer`` wait for the work queued so far on ``producer``."""
+    if producer == consumer:
+        return
+    from cuda.bindings import driver
+
+    err, event = driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    check_driver(err, "cuEventCreate")
+    try:
+        (err,) = driver.cuEventRecord(event, producer)
+        check_driver(err, "cuEventRecord")
+        (err,) = driver.cuStreamWaitEvent(consumer, event, 0)
+        check_driver(err, "cuStreamWaitEvent")
+    finally:
+        driver.cuEventDestroy(event)
+
+
+# -- creation --------------------------------------------------------------------------------
+
+def empty(shape, dtype=np.float32) -> DeviceArray:
+    """Uninitialised device memory from the stream-ordered allocator, on the current stream."""
+    shape = normalize_shape(shape, "empty")
+    dt = normalize_dtype(dtype, "empty")
+    nbytes = math.prod(shape) * dt.itemsize
+    dev = current_device()
+    if nbytes == 0:
+        return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), 0, None,
+                           dev.device_id)
+    buf = dev.memory_resource.allocate(nbytes, stream=current_stream().as_core())
+    return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), int(buf.handle),
+                       buf, dev.device_id)
+
+
+def zeros(shape, dtype=np.float32) -> DeviceArray:
+    out = empty(shape, dtype)
+    if out.size:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuMemsetD8Async(out.ptr, 0, out.nbytes, current_stream().handle)
+        check_driver(err, "zeros: cuMemsetD8Async")
+    return out
+
+
+def full(shape, fill_value, dtype=None) -> DeviceArray:
+    dtype = np.asarray(fill_value).dtype if dtype is None else dtype
+    return empty(shape, dtype).fill(fill_value)
+
+
+def empty_like(a, dtype=None) -> DeviceArray:
+    return empty(a.shape, a.dtype if dtype is None else dtype)
+
+
+def zeros_like(a, dtype=None) -> DeviceArray:
+    return zeros(a.shape, a.dtype if dtype is None else dtype)
+
+
+def asarray(obj, dtype=None, *, copy=None) -> DeviceArray:
+    """A DeviceArray from ``obj``.
+
+    - DeviceArray: returned as is (converted on the device if ``dtype`` differs).
+    - GPU memory of another library (``__dlpack__`` or ``__cuda_array_interface__``: CuPy,
+      PyTorch, numba, JAX): zero-copy, ordered after the producer's stream.
+    - NumPy arrays, Python scalars and sequences: copied to the device.
+    - Host memory of other libraries (a CPU torch tensor, ...): refused unless ``copy=True``.
+    """
+    if isinstance(obj, DeviceArray):
+        out = obj
+    elif isinstance(obj, np.ndarray) or not (hasattr(obj, "__dlpack__")
+                                             or hasattr(obj, "__cuda_array_interface__")):
+        if copy is False:
+            raise ValueError("asarray: a host (NumPy) array needs a copy to reach the GPU, "
+                             "but copy=False was given")
+        out = _from_host(obj, dtype)
+    else:
+        out = _from_foreign(obj, copy=copy)
+    if dtype is not None and normalize_dtype(dtype, "asarray") != out.dtype:
+        out = out.astype(dtype)
+    elif copy and out is obj:
+        out = out.copy()
+    return out
+
+
+def from_dlpack(obj) -> DeviceArray:
+    """Zero-copy import of a CUDA-resident DLPack producer (a capsule alone is not accepted:
+    DLPack's stream hand-off needs the producer object)."""
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"from_dlpack: expected an object with __dlpack__, got "
+                        f"{type(obj).__name__}")
+    return _from_foreign(obj, copy=False)
+
+
+def _from_host(obj, dtype) -> DeviceArray:
+    if isinstance(obj, np.ndarray) and obj.dtype.kind in "OUSVcM" and obj.dtype != bfloat16:
+        raise TypeError(f"asarray: dtype {obj.dtype} is not supported")
+    try:
+        host = np.asarray(obj, dtype=None if dtype is None else normalize_dtype(dtype, "asarray"))
+    except (ValueError, TypeError) as exc:
+        raise TypeError(f"asarray: cannot convert {type(obj).__name__} to an array: {exc}") \
+            from None
+    if host.dtype == np.float64 and dtype is None and not isinstance(obj, np.ndarray):
+        host = host.astype(np.float32)  # Python floats → float32, the GPU's working type
+    if host.dtype == np.int64 and dtype is None and not isinstance(obj, np.ndarray):
+        host = host.astype(np.int32)
+    normalize_dtype(host.dtype, "asarray")
+    host = np.ascontiguousarray(host)
+    out = empty(host.shape, host.dtype)
+    if out.size:
+        from cuda.bindings import driver
+
+        handle = current_stream().handle
+        (err,) = driver.cuMemcpyHtoDAsync(out.ptr, host.ctypes.data, out.nbytes, handle)
+        check_driver(err, "asarray: cuMemcpyHtoDAsync")
+        # The source is pageable host memory owned by Python: finish before it can go away.
+        (err,) = driver.cuStreamSynchronize(handle)
+        check_driver(err, "asarray: cuStreamSynchronize")
+    return out
+
+
+def _from_foreign(obj, *, copy) -> DeviceArray:
+    from cuda.core.utils import StridedMemoryView
+
+    if hasattr(obj, "__dlpack_device__"):
+        kind, _ = obj.__dlpack_device__()
+        if kind in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
+            if not copy:
+                raise ValueError(
+                    f"asarray: {type(obj).__name__} lives in host memory "
+                    f"({_DLPACK_DEVICE_NAMES[int(kind)]}); pass copy=True to copy it to the GPU")
+            return _from_host(np.from_dlpack(obj), None)
+        if kind not in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
+            raise ValueError(f"asarray: {type(obj).__name__} is on a "
+                             f"{_DLPACK_DEVICE_NAMES.get(int(kind), f'type-{int(kind)}')} device; "
+                             f"kaionb needs CUDA device memory")
+    current_device()
+    try:
+        view = StridedMemoryView(obj, stream_ptr=current_stream().handle)
+    except (BufferError, NotImplementedError) as exc:
+        raise TypeError(f"asarray: cannot import {type(obj).__name__}: {exc}") from None
+    if not view.is_device_accessible or view.device_id < 0:
+        raise ValueError(f"asarray: {type(obj).__name__} is not in CUDA device memory")
+    dt = normalize_dtype(view.dtype, "asarray")
+    shape = tuple(int(d) for d in view.shape)
+    if view.strides is None:
+        strides = _contiguous_strides(shape, dt.itemsize)
+    else:
+        strides = tuple(int(s) * dt.itemsize for s in view.strides)
+    return DeviceArray(shape, dt, strides, int(view.ptr), view, view.device_id)
+
+
+# -- device-side copies ------------------------------------------------------------------------
+
+def _copy_into(dst: DeviceArray, src: DeviceArray) -> None:
+    """dst[...] = src (same shape), converting dtype and following strides on the device."""
+    if dst.size == 0:
+        return
+    if dst.dtype == src.dtype and dst.is_c_contiguous and src.is_c_contiguous:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, dst.nbytes, current_stream().handle)
+        check_driver(err, "cuMemcpyDtoDAsync")
+        return
+    from .kernels.elementwise import copy_convert
+
+    copy_convert(src, dst)
+
+
+def _memset(a: DeviceArray, value: np.ndarray) -> None:
+    """Fill a contiguous array with one element's bit pattern using the driver's memset."""
+    from cuda.bindings import driver
+
+    bits = value.reshape(1).view({1: np.uint8, 2: np.uint16, 4: np.uint32,
+                                  8: np.uint32}[a.itemsize])
+    handle = current_stream().handle
+    if a.itemsize == 1:
+        (err,) = driver.cuMemsetD8Async(a.ptr, int(bits[0]), a.size, handle)
+    elif a.itemsize == 2:
+        (err,) = driver.cuMemsetD16Async(a.ptr, int(bits[0]), a.size, handle)
+    elif a.itemsize == 4:
+        (err,) = driver.cuMemsetD32Async(a.ptr, int(bits[0]), a.size, handle)
+    else:  # 8-byte elements: low and high words as two pitched 32-bit fills
+        for half in (0, 1):
+            (err,) = driver.cuMemsetD2D32Async(a.ptr + 4 * half, 8, int(bits[half]), 1, a.size,
+                                               handle)
+            check_driver(err, "fill: cuMemsetD2D32Async")
+    check_driver(err, "fill: cuMemset")

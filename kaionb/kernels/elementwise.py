@@ -1,0 +1,156 @@
+"""Strided copy with dtype conversion: the kernel behind DeviceArray.copy / astype / fill.
+
+dst[i] = convert(src[i]) over up to four (collapsed) dimensions with arbitrary byte strides.
+Half types travel as uint16 bit patterns and convert through PTX ``cvt`` (round to nearest
+even); other types convert through numba's own casts. One kernel per (source, destination)
+storage pair, made by one factory. Copies of the same dtype move raw bits (one kernel per
+element size), so every dtype gets strided copies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, float64, uint16, uint32
+
+from .._device import multiprocessor_count
+from ..array import DeviceArray, bfloat16
+from ..ptx_patches import bf16x2_to_f32x2, cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32, f16x2_to_f32x2
+from .launch import kernel
+
+THREADS = 256
+# Enough resident blocks to cover the H100 (132 SMs × 8 blocks of 256 threads) in one wave;
+# a grid-stride loop takes the rest.
+BLOCKS_PER_SM = 8
+MAX_DIMS = 4
+
+
+@cuda.jit(device=True, inline=True)
+def _f16_bits_to_f32(bits):
+    return f16x2_to_f32x2(uint32(bits))[0]
+
+
+@cuda.jit(device=True, inline=True)
+def _bf16_bits_to_f32(bits):
+    return bf16x2_to_f32x2(uint32(bits))[0]
+
+
+@cuda.jit(device=True, inline=True)
+def _f32_to_f16_bits(x):
+    return uint16(cvt_rn_f16x2_f32(float32(x), float32(0.0)) & 0xFFFF)
+
+
+@cuda.jit(device=True, inline=True)
+def _f32_to_bf16_bits(x):
+    return uint16(cvt_rn_bf16x2_f32(float32(x), float32(0.0)) & 0xFFFF)
+
+
+@cuda.jit(device=True, inline=True)
+def _to_f32(x):
+    return float32(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _to_f64(x):
+    return float64(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _identity(x):
+    return x
+
+
+# name -> (numba storage type, decode to a float, encode from a float)
+_FLOAT_STORAGE = {
+    np.dtype(np.float32): ("float32", _to_f32, _to_f32),
+    np.dtype(np.float64): ("float64", _to_f64, _to_f64),
+    np.dtype(np.float16): ("uint16", _f16_bits_to_f32, _f32_to_f16_bits),
+    bfloat16: ("uint16", _bf16_bits_to_f32, _f32_to_bf16_bits),
+}
+# Integer sources convert to any float (int8 → floats for dequantization and tests).
+_INT_SOURCES = {np.dtype(t): (np.dtype(t).name, _identity)
+                for t in (np.int8, np.uint8, np.int32)}
+_BITS_BY_SIZE = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+
+
+def _array_type(storage: str) -> str:
+    return f"{storage}[:, :, :, :]"
+
+
+def _make_copy_kernel(name, decode, encode, src_storage, dst_storage):
+    @kernel([f"void({_array_type(src_storage)}, {_array_type(dst_storage)})"], name=name)
+    def _copy_convert_kernel(src, dst):
+        n = dst.size
+        d1, d2, d3 = dst.shape[1], dst.shape[2], dst.shape[3]
+        i = cuda.grid(1)
+        step = cuda.gridsize(1)
+        while i < n:
+            i3 = i % d3
+            rest = i // d3
+            i2 = rest % d2
+            rest //= d2
+            i1 = rest % d1
+            i0 = rest // d1
+            dst[i0, i1, i2, i3] = encode(decode(src[i0, i1, i2, i3]))
+            i += step
+
+    return _copy_convert_kernel
+
+
+def _build_kernels():
+    kernels = {}
+    for size, storage in _BITS_BY_SIZE.items():
+        kernels[("bits", size)] = _make_copy_kernel(
+            f"_copy_bits{size * 8}_kernel", _identity, _identity, storage, storage)
+    sources = {dt: (storage, decode) for dt, (storage, decode, _) in _FLOAT_STORAGE.items()}
+    sources.update(_INT_SOURCES)
+    for src_dt, (src_storage, decode) in sources.items():
+        for dst_dt, (dst_storage, _, encode) in _FLOAT_STORAGE.items():
+            if src_dt != dst_dt:
+                kernels[(src_dt, dst_dt)] = _make_copy_kernel(
+                    f"_convert_{src_dt.name}_to_{dst_dt.name}_kernel", decode, encode,
+                    src_storage, dst_storage)
+    return kernels
+
+
+_COPY_KERNELS = _build_kernels()
+
+
+def _collapse(shape, *stride_sets):
+    """Merge adjacent axes that are contiguous with each other in every array, drop size-1
+    axes: the fewest dimensions that describe the same walk (row-major order kept)."""
+    dims = [(d, [s[i] for s in stride_sets]) for i, d in enumerate(shape) if d != 1]
+    merged = []
+    for d, strides in dims:
+        if merged and all(ps == d * s for ps, s in zip(merged[-1][1], strides)):
+            merged[-1] = (merged[-1][0] * d, strides)
+        else:
+            merged.append((d, strides))
+    return [d for d, _ in merged], [[st[k] for _, st in merged] for k in range(len(stride_sets))]
+
+
+def copy_convert(src: DeviceArray, dst: DeviceArray) -> None:
+    """dst[...] = src converted to dst.dtype (same shape; any strides)."""
+    if src.shape != dst.shape:
+        raise ValueError(f"copy: shapes differ: source {src.shape}, destination {dst.shape}")
+    if src.dtype == dst.dtype:
+        key = ("bits", src.itemsize)
+    else:
+        key = (src.dtype, dst.dtype)
+    kdef = _COPY_KERNELS.get(key)
+    if kdef is None:
+        raise TypeError(f"astype: conversion from {src.dtype} to {dst.dtype} is not supported "
+                        f"(floats ↔ floats, int8/uint8/int32 → floats)")
+    if dst.size == 0:
+        return
+    shape, (src_strides, dst_strides) = _collapse(src.shape, src.strides, dst.strides)
+    if len(shape) > MAX_DIMS:
+        raise ValueError(f"copy: the layout needs {len(shape)} strided dimensions; at most "
+                         f"{MAX_DIMS} are supported (make the source contiguous first)")
+    pad = MAX_DIMS - len(shape)
+    shape = (1,) * pad + tuple(shape)
+    src4 = src._view(shape, (0,) * pad + tuple(src_strides))
+    dst4 = dst._view(shape, (0,) * pad + tuple(dst_strides))
+    blocks = min(math.ceil(dst.size / THREADS), multiprocessor_count() * BLOCKS_PER_SM)
+    kdef[0]((blocks,), (THREADS,), (src4, dst4))
