@@ -5,7 +5,14 @@ factory in :mod:`._factory` and its docstring names the PTX it emits. Nothing el
 kaionb writes PTX text. See docs/writing-kernels.md.
 """
 
-from ._factory import IMM, ArchitectureError, ptx_instruction, target_cc
+from ._factory import (
+    IMM,
+    ArchitectureError,
+    compile_ptx_for,
+    device_function,
+    ptx_instruction,
+    target_cc,
+)
 from .convert import (
     bf16x2_to_f32x2,
     cvt_rn_bf16x2_f32,
@@ -50,6 +57,7 @@ from .memory import (
     ld_shared_v2_u32,
     ld_shared_v4_u32,
     shared_addr,
+    st_global_b32,
     st_global_v4_f32,
     st_global_v4_u32,
     st_shared_v2_u32,

@@ -23,10 +23,12 @@ that raises ``NotImplementedError`` naming the PTX instruction — there is no P
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from types import SimpleNamespace
 
 from llvmlite import ir
-from numba import config, types
+from numba import config, cuda, types
 from numba.cuda.core import targetconfig
 from numba.cuda.extending import intrinsic
 
@@ -41,6 +43,40 @@ _CONSTRAINT = {
     types.float32: "f",
     types.float64: "d",
 }
+
+
+def device_function(fn):
+    """``@cuda.jit(device=True, forceinline=True)``; plain ``device=True`` under the
+    simulator, whose ``jit`` has no ``forceinline``. Every kaionb device helper uses it."""
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(device=True)(fn)
+    return cuda.jit(device=True, forceinline=True)(fn)
+
+
+@contextlib.contextmanager
+def _device_functions_compile_for(cc):
+    # numba-cuda 0.30 compiles a device function for get_current_device()'s cc, even
+    # inside compile_ptx(cc=...): without a GPU that raises CudaSupportError, and with
+    # one the arch gate would check the wrong architecture. Point it at the target.
+    import numba.cuda.dispatcher as dispatcher
+
+    real = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = real
+
+
+def compile_ptx_for(kernel, sig, cc):
+    """``cuda.compile_ptx(kernel, sig, cc=cc)`` that also works when ``kernel`` calls
+    ``cuda.jit(device=True)`` functions and no GPU is present (CI).
+
+    Device functions are compiled once per argument types and cached by numba; the
+    first compilation's architecture wins. Not thread-safe (it swaps a numba global).
+    """
+    with _device_functions_compile_for(cc):
+        return cuda.compile_ptx(kernel, sig, cc=cc)
 
 
 class ArchitectureError(TypeError):

@@ -131,6 +131,16 @@ st_global_v4_u32 = ptx_instruction(
     doc="``st.global.v4.u32``: (address: u64, values: 4×u32).",
 )
 
+st_global_b32 = ptx_instruction(
+    "st_global_b32",
+    "st.global.b32 [$0], $1;",
+    inputs=(types.uint64, types.uint32),
+    side_effect=True,
+    memory=True,
+    doc="``st.global.b32``: store one 32-bit word, e.g. two packed halves "
+    "(address: u64, 4-byte aligned).",
+)
+
 st_global_v4_f32 = ptx_instruction(
     "st_global_v4_f32",
     "st.global.v4.f32 [$0], {$1, $2, $3, $4};",

@@ -33,10 +33,10 @@ not yet exercised on a GPU; (1) and cp.async + mbarrier are the tested paths.
 """
 
 from llvmlite import ir
-from numba import config, cuda, types
+from numba import config, types
 from numba.cuda.extending import intrinsic
 
-from ._factory import IMM, ptx_instruction
+from ._factory import IMM, device_function, ptx_instruction
 
 _SM90A = (lambda cc: cc == (9, 0), "sm_90a")
 _SM90 = (lambda cc: cc >= (9, 0), "sm_90 or newer")
@@ -194,7 +194,7 @@ prefetch_tensormap = ptx_instruction(
 )
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def make_smem_desc(saddr, stride_bytes, swizzle_bytes):
     """The 64-bit wgmma shared-memory descriptor of a K-major tile at ``saddr``.
 

@@ -1,0 +1,38 @@
+"""Device helpers every kaionb kernel is written against (see docs/writing-kernels.md).
+
+- :mod:`.reduce`     warp_sum, warp_max, block_sum, block_max
+- :mod:`.fragments`  mma.sync fragment maps and ldmatrix lane addressing
+- :mod:`.tiles`      swizzled shared tiles and the cp.async tile loader
+- :mod:`.epilogue`   f32 fragment -> f16 / bf16 / f32 stores
+- :mod:`.vector`     128-bit vector loads and stores
+
+All are ``@device_function`` (``cuda.jit(device=True, forceinline=True)``) functions. reduce and fragments are
+plain numba and run under the CUDA simulator; the others use inline PTX and do not.
+"""
+
+from .epilogue import store_c_frag_bf16, store_c_frag_f16, store_c_frag_f32
+from .fragments import (
+    frag_a_m16n8k8_tf32,
+    frag_a_m16n8k16,
+    frag_a_m16n8k32_s8,
+    frag_b_m16n8k8_tf32,
+    frag_b_m16n8k16,
+    frag_b_m16n8k32_s8,
+    frag_c_m16n8,
+    ldmatrix_x4_b_row_col,
+    ldmatrix_x4_row_col,
+)
+from .reduce import block_max, block_sum, warp_max, warp_sum
+from .tiles import cp_async_tile_16b, swizzle_128b, swizzled_index
+from .vector import (
+    load_f32x4,
+    load_f32x4_masked,
+    load_f32x4_readonly,
+    load_u32x4,
+    load_u32x4_readonly,
+    store_f32x4,
+    store_f32x4_masked,
+    store_u32x4,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]
