@@ -434,7 +434,8 @@ def _from_host(obj, dtype) -> DeviceArray:
     if host.dtype == np.int64 and dtype is None and not isinstance(obj, np.ndarray):
         host = host.astype(np.int32)
     normalize_dtype(host.dtype, "asarray")
-    host = np.ascontiguousarray(host)
+    if not host.flags.c_contiguous:
+        host = host.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     out = empty(host.shape, host.dtype)
     if out.size:
         from cuda.bindings import driver
