@@ -6,8 +6,9 @@
 - :mod:`.epilogue`   f32 fragment -> f16 / bf16 / f32 stores
 - :mod:`.vector`     128-bit vector loads and stores
 
-All are ``@device_function`` (``cuda.jit(device=True, forceinline=True)``) functions. reduce and fragments are
-plain numba and run under the CUDA simulator; the others use inline PTX and do not.
+All are ``@device_function`` (``cuda.jit(device=True, forceinline=True)``) functions. fragments, the swizzle
+math and ``make_smem_desc`` run under the CUDA simulator; reduce needs warp shuffles
+and the rest inline PTX, which the simulator does not have.
 """
 
 from .epilogue import store_c_frag_bf16, store_c_frag_f16, store_c_frag_f32

@@ -9,7 +9,8 @@ through ``scratch[0]``. Every thread of the block must call a block reduction, a
 block size must be a multiple of 32 (a partial warp would make the full-mask shuffle
 undefined). The trailing barrier lets the caller reuse ``scratch`` at once.
 
-Plain numba: these run under the CUDA simulator too.
+Plain numba, but the CUDA simulator has no warp shuffles: under
+``NUMBA_ENABLE_CUDASIM=1`` they raise AttributeError (``shfl_xor_sync``).
 """
 
 from numba import cuda, float32
