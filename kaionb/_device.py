@@ -43,6 +43,16 @@ def current_device():
     return dev
 
 
+def current_allocator():
+    """(the current device's stream-ordered memory resource, its ordinal) — cached per thread,
+    since every allocation asks."""
+    alloc = getattr(_LOCAL, "allocator", None)
+    if alloc is None:
+        dev = current_device()
+        alloc = _LOCAL.allocator = (dev.memory_resource, dev.device_id)
+    return alloc
+
+
 @functools.lru_cache(maxsize=None)
 def compute_capability(ordinal: int = 0) -> tuple[int, int]:
     cc = _core_device(ordinal).compute_capability

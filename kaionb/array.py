@@ -18,7 +18,7 @@ import operator
 import ml_dtypes
 import numpy as np
 
-from ._device import Stream, check_driver, current_device, current_stream
+from ._device import Stream, check_driver, current_allocator, current_device, current_stream
 
 # The element types kaionb stores. Half types are NumPy dtypes through ml_dtypes.
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
@@ -33,8 +33,15 @@ _DLPACK_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA pinned host", 4: "OpenCL",
                         14: "oneAPI"}
 
 
+_DTYPE_CACHE: dict = {}
+
+
 def normalize_dtype(dtype, where: str = "kaionb") -> np.dtype:
     """``dtype`` as a NumPy dtype kaionb can store, or a TypeError naming ``where``."""
+    try:
+        return _DTYPE_CACHE[dtype]  # hot path: every op normalizes its dtypes
+    except (KeyError, TypeError):
+        pass
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
@@ -42,10 +49,16 @@ def normalize_dtype(dtype, where: str = "kaionb") -> np.dtype:
     if dt not in SUPPORTED_DTYPES:
         names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
         raise TypeError(f"{where}: dtype {dt} is not supported (supported: {names})")
+    try:
+        _DTYPE_CACHE[dtype] = dt
+    except TypeError:
+        pass
     return dt
 
 
 def normalize_shape(shape, where: str = "kaionb") -> tuple[int, ...]:
+    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+        return shape  # hot path
     if isinstance(shape, (numbers.Integral, np.integer)):
         shape = (shape,)
     try:
@@ -64,6 +77,8 @@ def normalize_shape(shape, where: str = "kaionb") -> tuple[int, ...]:
 
 
 def _contiguous_strides(shape, itemsize) -> tuple[int, ...]:
+    if len(shape) == 1:
+        return (itemsize,)
     strides, step = [], itemsize
     for d in reversed(shape):
         strides.append(step)
@@ -316,6 +331,13 @@ class DeviceArray:
         if stream != -1:
             consumer = 0 if stream in (None, 1, 2) else int(stream)
             _order_streams(current_stream().handle, consumer)
+        if self.dtype == bfloat16:
+            # cuda.core's exporter has no bfloat16: export the bits as uint16, then set the
+            # DLPack type code to kDLBfloat (same size, same lanes).
+            capsule = self.view(np.uint16)._memory_view().__dlpack__(
+                stream=-1, max_version=max_version)
+            _set_dlpack_type_code(capsule, _DL_UINT, _DL_BFLOAT)
+            return capsule
         return self._memory_view().__dlpack__(stream=-1, max_version=max_version)
 
     def _memory_view(self):
@@ -328,6 +350,33 @@ class DeviceArray:
         buf = Buffer.from_handle(self.ptr, max(span, self.itemsize), owner=self)
         elem_strides = tuple(s // self.itemsize for s in self.strides)
         return StridedMemoryView.from_buffer(buf, self.shape, elem_strides, dtype=self.dtype)
+
+
+_DL_UINT, _DL_BFLOAT = 1, 4  # DLDataTypeCode values (dlpack.h)
+
+
+def _set_dlpack_type_code(capsule, expected: int, new: int) -> None:
+    """Rewrite the dtype code of the DLTensor inside an unconsumed DLPack capsule.
+
+    Layout (dlpack.h): DLManagedTensorVersioned = {version u32×2, manager_ctx, deleter, flags
+    u64, DLTensor} puts the DLTensor at byte 32; the legacy DLManagedTensor starts with it.
+    In DLTensor = {data, DLDevice (i32×2), ndim i32, DLDataType {code u8, bits u8, lanes
+    u16}, ...} the code byte is at offset 20.
+    """
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = api.PyCapsule_GetName(capsule)
+    tensor = api.PyCapsule_GetPointer(capsule, name) + (32 if name == b"dltensor_versioned"
+                                                         else 0)
+    code = ctypes.c_uint8.from_address(tensor + 20)
+    if code.value != expected:
+        raise BufferError(f"unexpected DLPack dtype code {code.value} (expected {expected})")
+    code.value = new
 
 
 def _order_streams(producer: int, consumer: int) -> None:
@@ -354,13 +403,12 @@ def empty(shape, dtype=np.float32) -> DeviceArray:
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty")
     nbytes = math.prod(shape) * dt.itemsize
-    dev = current_device()
+    memory_resource, device_id = current_allocator()
+    strides = _contiguous_strides(shape, dt.itemsize)
     if nbytes == 0:
-        return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), 0, None,
-                           dev.device_id)
-    buf = dev.memory_resource.allocate(nbytes, stream=current_stream().as_core())
-    return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), int(buf.handle),
-                       buf, dev.device_id)
+        return DeviceArray(shape, dt, strides, 0, None, device_id)
+    buf = memory_resource.allocate(nbytes, stream=current_stream().as_core())
+    return DeviceArray(shape, dt, strides, int(buf.handle), buf, device_id)
 
 
 def zeros(shape, dtype=np.float32) -> DeviceArray:
@@ -466,7 +514,7 @@ def _from_foreign(obj, *, copy) -> DeviceArray:
                              f"kaionb needs CUDA device memory")
     current_device()
     try:
-        view = StridedMemoryView(obj, stream_ptr=current_stream().handle)
+        view = StridedMemoryView.from_any_interface(obj, stream_ptr=current_stream().handle)
     except (BufferError, NotImplementedError) as exc:
         raise TypeError(f"asarray: cannot import {type(obj).__name__}: {exc}") from None
     if not view.is_device_accessible or view.device_id < 0:

@@ -157,24 +157,25 @@ class CompiledKernel:
         self._success = driver.CUresult.CUDA_SUCCESS
         self._local = threading.local()
 
-    def _param_buffer(self):
-        buf = getattr(self._local, "buf", None)
-        if buf is None:
-            buf = ctypes.create_string_buffer(max(8, self._packer.size))
-            base = ctypes.addressof(buf)
-            ptrs = (ctypes.c_void_p * max(1, self._nparams))(
-                *[base + 8 * i for i in range(self._nparams)])
-            self._local.buf = buf = (buf, ptrs, ctypes.addressof(ptrs))
-        return buf
+    def _new_param_buffer(self):
+        buf = ctypes.create_string_buffer(max(8, self._packer.size))
+        base = ctypes.addressof(buf)
+        ptrs = (ctypes.c_void_p * max(1, self._nparams))(
+            *[base + 8 * i for i in range(self._nparams)])
+        self._local.buf = (buf, ctypes.addressof(ptrs), ptrs)
+        return self._local.buf
 
     def __call__(self, grid, block, args, *, stream=None, shared_mem=0):
         flat = []
         for is_array, arg in zip(self._array_flags, args):
             if is_array:
-                flat.extend(arg._numba_abi)
+                flat += arg._numba_abi
             else:
                 flat.append(arg)
-        buf, _, ptrs_addr = self._param_buffer()
+        try:
+            buf, ptrs_addr, _ = self._local.buf
+        except AttributeError:
+            buf, ptrs_addr, _ = self._new_param_buffer()
         self._packer.pack_into(buf, 0, *flat)
         gx, gy, gz = _dim3(grid)
         bx, by, bz = _dim3(block)
@@ -189,6 +190,8 @@ class CompiledKernel:
 
 
 def _dim3(d):
+    if type(d) is tuple and len(d) == 3:
+        return d
     if isinstance(d, int):
         return d, 1, 1
     n = len(d)

@@ -1,0 +1,109 @@
+"""``python -m kaionb.showcase``: what kaionb does, on this machine.
+
+With a GPU: DeviceArray round trips, zero-copy exchange with the libraries present, the
+launch path's cost, and every op family checked against NumPy with its latency.
+Without one: says so, then compiles every kernel the package ships for sm_80, sm_89 and
+sm_90a and assembles it with ptxas, printing registers and spills per kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+import kaionb
+from kaionb._toolchain import assemble, find_ptxas, parse_report
+from kaionb.kernels.launch import all_kernels
+
+
+def ptxas_table() -> bool:
+    """Compile + assemble every kernel specialization for every checked arch; print a table."""
+    if find_ptxas() is None:
+        print("ptxas not found (install numba-cuda[cu12]); cannot assemble")
+        return False
+    jobs = [(k, sig, cc, arch) for k in all_kernels() for sig in k.signatures
+            for cc, arch in k.check_archs().items()]
+
+    def run(job):
+        k, sig, cc, arch = job
+        try:
+            return parse_report(assemble(k.compile_ptx(sig, cc), arch)), None
+        except Exception as exc:  # reported in the table, counted as a failure
+            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
+
+    # NVVM and ptxas release the GIL for most of their work: two threads use CI's two cores.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(run, jobs))
+    print(f"{'kernel':44s} {'arch':7s} {'regs':>5s} {'spills':>7s}  status")
+    failures = 0
+    for (k, sig, cc, arch), (report, error) in zip(jobs, results):
+        if error:
+            failures += 1
+            print(f"{k.name[:44]:44s} {arch:7s} {'-':>5s} {'-':>7s}  FAILED {error}")
+            continue
+        spills = report["spill_stores"] + report["spill_loads"]
+        print(f"{k.name[:44]:44s} {arch:7s} {report['registers']:5d} {spills:7d}  ok")
+    kernels = len({k.name for k, *_ in jobs})
+    print(f"\n{len(jobs) - failures} of {len(jobs)} compilations assembled "
+          f"({kernels} kernels, {len(jobs)} kernel×signature×arch)")
+    return failures == 0
+
+
+def _timed(fn, repeats=20):
+    from numba import cuda
+
+    fn()
+    cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    cuda.synchronize()
+    return (time.perf_counter() - t0) / repeats * 1e6
+
+
+def gpu_tour() -> None:
+    from numba import cuda
+
+    print(f"GPU: {cuda.get_current_device().name}")
+    rng = np.random.default_rng(0)
+    host = rng.standard_normal((1024, 1024)).astype(np.float32)
+    x = kaionb.asarray(host)
+    print(f"\nasarray → {x!r}")
+    half = x.astype(kaionb.bfloat16)
+    ok = np.array_equal(half.get(), host.astype(kaionb.bfloat16))
+    print(f"x.astype(bfloat16) matches NumPy/ml_dtypes rounding: {ok} "
+          f"({_timed(lambda: x.astype(kaionb.bfloat16)):.1f} µs per call)")
+    print(f"x.T[::2, 5:] is a view: shape {x.T[::2, 5:].shape}, strides {x.T[::2, 5:].strides}")
+    try:
+        import cupy as cp
+
+        c = cp.asarray(x)
+        print(f"CuPy zero-copy: same pointer {c.data.ptr == x.ptr}, sum {float(c.sum()):.4f} "
+              f"vs NumPy {host.sum(dtype=np.float64):.4f}")
+    except ImportError:
+        print("CuPy not installed: skipping the CuPy exchange")
+    try:
+        import torch
+
+        t = torch.from_dlpack(half)
+        print(f"PyTorch zero-copy (bfloat16 via DLPack): same pointer "
+              f"{t.data_ptr() == half.ptr}, dtype {t.dtype}")
+    except ImportError:
+        print("PyTorch not installed: skipping the PyTorch exchange")
+
+
+def main() -> int:
+    print(f"kaionb {kaionb.__version__}")
+    if kaionb.gpu_available():
+        gpu_tour()
+        return 0
+    print("No CUDA GPU on this machine: nothing can run here. Instead, every kernel is "
+          "compiled (numba → PTX) and assembled (ptxas) for sm_80, sm_89 and sm_90a.\n")
+    return 0 if ptxas_table() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
