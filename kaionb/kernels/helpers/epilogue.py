@@ -9,9 +9,9 @@ f16/bf16 outputs are uint16 arrays holding the bit patterns (round to nearest ev
 
 
 from kaionb.ptx_patches import (
-    device_function,
     cvt_rn_bf16x2_f32,
     cvt_rn_f16x2_f32,
+    device_function,
     global_addr,
     st_global_b32,
 )

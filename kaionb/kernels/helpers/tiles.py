@@ -18,8 +18,8 @@ matrix's column count a multiple of 8 (the host entry validates it).
 
 
 from kaionb.ptx_patches import (
-    device_function,
     cp_async_cg_16,
+    device_function,
     global_addr,
     shared_addr,
 )
