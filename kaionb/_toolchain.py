@@ -8,6 +8,7 @@ architecture we support.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -15,7 +16,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 # The architectures every shipped kernel is checked on: Ampere, Ada, Hopper (arch-specific,
 # so that wgmma/setmaxnreg kernels assemble too). Keys are numba's ``cc`` tuples.
@@ -39,6 +42,39 @@ def entry_name(ptx: str) -> str:
     if len(names) != 1:
         raise ValueError(f"expected exactly one .entry in the PTX module, found {len(names)}")
     return names[0]
+
+
+_COMPILE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _device_functions_compile_for(cc):
+    # numba-cuda 0.30 compiles a forceinline device function for get_current_device()'s cc,
+    # even inside compile_ptx(cc=...): without a GPU that raises CudaSupportError, and with
+    # one the arch gates in ptx_patches would check the wrong architecture. Point it at the
+    # target for the duration of one compilation.
+    import numba.cuda.dispatcher as dispatcher
+
+    real = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = real
+
+
+def compile_ptx(pyfunc, signature, cc: tuple, **options):
+    """``numba.cuda.compile_ptx(pyfunc, signature, cc=cc)`` that also works when the kernel
+    calls device functions and no GPU is present (CI); returns ``(ptx, return_type)``.
+
+    Serialized by a lock (it swaps a numba global; numba compiles under its own global lock
+    anyway). numba caches a device function per argument types, so within one process the
+    first compilation's architecture is the one its IR was typed for.
+    """
+    from numba import cuda
+
+    with _COMPILE_LOCK, _device_functions_compile_for(cc):
+        return cuda.compile_ptx(pyfunc, signature, cc=cc, **options)
 
 
 @functools.lru_cache(maxsize=1)

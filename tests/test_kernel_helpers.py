@@ -14,7 +14,7 @@ from numba import cuda, float32, types, uint16
 import kaionb.kernels.helpers as H
 from kaionb._toolchain import CHECK_ARCHS, assemble
 import kaionb.ptx_patches as P
-from kaionb.ptx_patches import compile_ptx_for
+from kaionb._toolchain import compile_ptx as compile_ptx_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(7)

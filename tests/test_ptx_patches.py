@@ -17,6 +17,7 @@ from numba import cuda, types
 
 import kaionb.kernels.helpers as H
 import kaionb.ptx_patches as P
+from kaionb._toolchain import compile_ptx as compile_ptx_for
 from kaionb._toolchain import CHECK_ARCHS, assemble
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,7 +259,7 @@ ARCH_CASES = [
 @pytest.mark.parametrize("name,cc", ARCH_CASES)
 def test_instruction_compiles_and_assembles(name, cc):
     kernel, expected, _ = CASES[name]
-    ptx, _ = P.compile_ptx_for(kernel, SIG, cc)
+    ptx, _ = compile_ptx_for(kernel, SIG, cc)
     for text in expected:
         assert text in ptx, f"{text!r} missing from the PTX of {name}"
     assemble(ptx, CHECK_ARCHS[cc])
@@ -269,12 +270,12 @@ def test_instruction_compiles_and_assembles(name, cc):
 def test_hopper_instruction_rejected_before_sm90(name, cc):
     kernel = CASES[name][0]
     with pytest.raises(P.ArchitectureError, match=r"needs sm_90.*compiled for sm_8"):
-        P.compile_ptx_for(kernel, SIG, cc)
+        compile_ptx_for(kernel, SIG, cc)
 
 
 def test_wgmma_error_names_instruction():
     with pytest.raises(P.ArchitectureError) as info:
-        P.compile_ptx_for(k_wgmma, SIG, (8, 9))
+        compile_ptx_for(k_wgmma, SIG, (8, 9))
     assert "wgmma" in str(info.value) and "sm_90a" in str(info.value)
 
 
@@ -290,7 +291,7 @@ def test_immediate_operand_must_be_constant():
         P.cp_async_wait_group(u[0])
 
     with pytest.raises(Exception, match="cp_async_wait_group"):
-        P.compile_ptx_for(k, SIG, (8, 0))
+        compile_ptx_for(k, SIG, (8, 0))
 
 
 def test_simulator_raises_naming_the_instruction():

@@ -16,7 +16,8 @@ from numba import cuda, float32, float64, uint16, uint32
 
 from .._device import multiprocessor_count
 from ..array import DeviceArray, bfloat16
-from ..ptx_patches import bf16x2_to_f32x2, cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32, f16x2_to_f32x2
+from ..ptx_patches import (bf16x2_to_f32x2, cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32, device_function,
+                           f16x2_to_f32x2)
 from .launch import kernel
 
 THREADS = 256
@@ -26,37 +27,37 @@ BLOCKS_PER_SM = 8
 MAX_DIMS = 4
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _f16_bits_to_f32(bits):
     return f16x2_to_f32x2(uint32(bits))[0]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _bf16_bits_to_f32(bits):
     return bf16x2_to_f32x2(uint32(bits))[0]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _f32_to_f16_bits(x):
     return uint16(cvt_rn_f16x2_f32(float32(x), float32(0.0)) & 0xFFFF)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _f32_to_bf16_bits(x):
     return uint16(cvt_rn_bf16x2_f32(float32(x), float32(0.0)) & 0xFFFF)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _to_f32(x):
     return float32(x)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _to_f64(x):
     return float64(x)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _identity(x):
     return x
 

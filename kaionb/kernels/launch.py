@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 
 from .._device import check_driver, compute_capability, current_device, current_stream
-from .._toolchain import CHECK_ARCHS, arch_name, entry_name
+from .._toolchain import CHECK_ARCHS, arch_name, compile_ptx, entry_name
 
 # Every kernel the package defines, in definition order (the ptxas test walks this).
 KERNELS: list["KernelDef"] = []
@@ -67,9 +67,7 @@ class KernelDef:
 
     def compile_ptx(self, signature: str, cc: tuple) -> str:
         """PTX for one specialization and architecture (no GPU needed)."""
-        from numba import cuda
-
-        ptx, _ = cuda.compile_ptx(self.pyfunc, signature, cc=cc, **self.options)
+        ptx, _ = compile_ptx(self.pyfunc, signature, cc, **self.options)
         return ptx
 
     def __getitem__(self, which) -> "CompiledKernel":

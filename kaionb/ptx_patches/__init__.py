@@ -8,7 +8,6 @@ kaionb writes PTX text. See docs/writing-kernels.md.
 from ._factory import (
     IMM,
     ArchitectureError,
-    compile_ptx_for,
     device_function,
     ptx_instruction,
     target_cc,

@@ -23,9 +23,7 @@ that raises ``NotImplementedError`` naming the PTX instruction — there is no P
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from types import SimpleNamespace
 
 from llvmlite import ir
 from numba import config, cuda, types
@@ -51,32 +49,6 @@ def device_function(fn):
     if config.ENABLE_CUDASIM:
         return cuda.jit(device=True)(fn)
     return cuda.jit(device=True, forceinline=True)(fn)
-
-
-@contextlib.contextmanager
-def _device_functions_compile_for(cc):
-    # numba-cuda 0.30 compiles a device function for get_current_device()'s cc, even
-    # inside compile_ptx(cc=...): without a GPU that raises CudaSupportError, and with
-    # one the arch gate would check the wrong architecture. Point it at the target.
-    import numba.cuda.dispatcher as dispatcher
-
-    real = dispatcher.get_current_device
-    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
-    try:
-        yield
-    finally:
-        dispatcher.get_current_device = real
-
-
-def compile_ptx_for(kernel, sig, cc):
-    """``cuda.compile_ptx(kernel, sig, cc=cc)`` that also works when ``kernel`` calls
-    ``cuda.jit(device=True)`` functions and no GPU is present (CI).
-
-    Device functions are compiled once per argument types and cached by numba; the
-    first compilation's architecture wins. Not thread-safe (it swaps a numba global).
-    """
-    with _device_functions_compile_for(cc):
-        return cuda.compile_ptx(kernel, sig, cc=cc)
 
 
 class ArchitectureError(TypeError):
