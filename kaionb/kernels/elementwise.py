@@ -1,4 +1,5 @@
-"""Strided copy with dtype conversion: the kernel behind DeviceArray.copy / astype / fill.
+"""Strided copy with dtype conversion (the kernel behind DeviceArray.copy / astype / fill),
+and the float32 sum the tape uses to accumulate gradients.
 
 dst[i] = convert(src[i]) over up to four (collapsed) dimensions with arbitrary byte strides.
 Half types travel as uint16 bit patterns and convert through PTX ``cvt`` (round to nearest
@@ -155,3 +156,29 @@ def copy_convert(src: DeviceArray, dst: DeviceArray) -> None:
     dst4 = dst._view(shape, (0,) * pad + tuple(dst_strides))
     blocks = min(math.ceil(dst.size / THREADS), multiprocessor_count() * BLOCKS_PER_SM)
     kdef[0]((blocks,), (THREADS,), (src4, dst4))
+
+
+@kernel(["void(float32[::1], float32[::1], float32[::1])"])
+def _add_f32_kernel(a, b, out):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < out.size:
+        out[i] = a[i] + b[i]
+        i += step
+
+
+def add(a: DeviceArray, b: DeviceArray) -> DeviceArray:
+    """a + b for two float32 arrays of one shape (contiguous copies are made if needed)."""
+    from ..array import empty
+
+    if a.shape != b.shape:
+        raise ValueError(f"add: shapes differ: {a.shape} and {b.shape}")
+    a = a if a.dtype == np.float32 and a.is_c_contiguous else a.astype(np.float32)
+    b = b if b.dtype == np.float32 and b.is_c_contiguous else b.astype(np.float32)
+    out = empty(a.shape, np.float32)
+    if out.size:
+        flat = (out.size,)
+        blocks = min(math.ceil(out.size / THREADS), multiprocessor_count() * BLOCKS_PER_SM)
+        _add_f32_kernel[0]((blocks,), (THREADS,), (a.reshape(flat), b.reshape(flat),
+                                                    out.reshape(flat)))
+    return out

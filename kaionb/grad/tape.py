@@ -1,0 +1,114 @@
+"""Tape: record ops while active, replay their backward rules in reverse.
+
+    with kaionb.grad.Tape() as tape:
+        y = kaionb.matmul(a, b)          # a.requires_grad = True
+    tape.backward(y)                      # a.grad = dL/da for L = sum(y)
+
+An op records ``(backward_fn, inputs, outputs)``: ``backward_fn(*grad_outputs)`` returns one
+gradient (or None) per input. Gradients are float32 DeviceArrays, summed when an array is
+used more than once. ``gradcheck`` compares a rule with central finite differences.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+_LOCAL = threading.local()
+
+
+def active_tape() -> "Tape | None":
+    return getattr(_LOCAL, "tape", None)
+
+
+def record(backward_fn, inputs, outputs) -> None:
+    """Called by ops: record onto the active tape if any input needs a gradient."""
+    tape = active_tape()
+    if tape is not None and any(getattr(x, "requires_grad", False) for x in inputs):
+        tape.entries.append((backward_fn, tuple(inputs), tuple(outputs)))
+        for out in outputs:
+            out.requires_grad = True
+
+
+class Tape:
+    def __init__(self):
+        self.entries: list[tuple] = []
+
+    def __enter__(self) -> "Tape":
+        self._previous = active_tape()
+        _LOCAL.tape = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _LOCAL.tape = self._previous
+
+    def backward(self, output, grad_output=None) -> None:
+        """Propagate ``grad_output`` (default: ones, i.e. L = sum(output)) to every
+        ``requires_grad`` input, accumulating into ``.grad``."""
+        from ..array import full
+
+        grads = {id(output): grad_output if grad_output is not None
+                 else full(output.shape, 1.0, np.float32)}
+        for backward_fn, inputs, outputs in reversed(self.entries):
+            if not any(id(o) in grads for o in outputs):
+                continue
+            grad_outputs = [grads[id(o)] if id(o) in grads else full(o.shape, 0.0, np.float32)
+                            for o in outputs]
+            for x, g in zip(inputs, backward_fn(*grad_outputs)):
+                if g is None or not getattr(x, "requires_grad", False):
+                    continue
+                grads[id(x)] = _accumulate(grads.get(id(x)), g)
+        for _, inputs, _ in self.entries:
+            for x in inputs:
+                if getattr(x, "requires_grad", False) and id(x) in grads:
+                    x.grad = grads.pop(id(x))
+
+    def reset(self) -> None:
+        self.entries.clear()
+
+
+def _accumulate(total, g):
+    from ..kernels.elementwise import add
+
+    return g.astype(np.float32) if total is None else add(total, g)
+
+
+def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None) -> float:
+    """Check the tape's gradient of ``L = sum(fn(*inputs) * w)`` (random weights ``w``)
+    against central differences at ``probes`` random elements of each input that requires
+    a gradient. Returns the worst relative error; raises AssertionError above ``rtol``."""
+    from ..array import asarray
+
+    rng = np.random.default_rng() if rng is None else rng
+    with Tape() as tape:
+        out = fn(*inputs)
+    weights = rng.standard_normal(out.shape).astype(np.float32)
+    tape.backward(out, asarray(weights))
+
+    def loss(args):
+        return float(np.sum(fn(*args).get().astype(np.float64) * weights))
+
+    worst = 0.0
+    for index, x in enumerate(inputs):
+        if not x.requires_grad:
+            continue
+        host = x.get()
+        analytic = x.grad.get()
+        for flat in rng.choice(host.size, size=min(probes, host.size), replace=False):
+            pos = np.unravel_index(flat, host.shape)
+            shifted, points = [], []
+            for sign in (1, -1):
+                h = host.copy()
+                h[pos] = h[pos] + sign * eps  # rounded to the input's dtype
+                points.append(float(h[pos]))
+                args = list(inputs)
+                args[index] = asarray(h)
+                shifted.append(loss(args))
+            numeric = (shifted[0] - shifted[1]) / (points[0] - points[1])
+            err = abs(numeric - analytic[pos]) / max(abs(numeric), 1e-3)
+            worst = max(worst, err)
+            if err > rtol:
+                raise AssertionError(f"gradcheck: input {index} at {pos}: tape {analytic[pos]:.6g}"
+                                     f" vs finite difference {numeric:.6g}")
+    return worst
