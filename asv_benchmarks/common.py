@@ -1,0 +1,32 @@
+"""Shared set-up for the asv suite: skip without a GPU, time with CUDA events."""
+
+import statistics
+
+import kaionb
+
+
+def require_gpu():
+    """asv skips a benchmark whose setup raises NotImplementedError."""
+    if not kaionb.gpu_available():
+        raise NotImplementedError("no CUDA GPU")
+
+
+def median_ms(fn, *, warmup=5, repeats=50):
+    """Median device time of ``fn`` in ms, each run bracketed by CUDA events."""
+    from cuda.bindings import driver
+
+    stream = kaionb.current_stream().handle
+    start = driver.cuEventCreate(0)[1]
+    stop = driver.cuEventCreate(0)[1]
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        driver.cuEventRecord(start, stream)
+        fn()
+        driver.cuEventRecord(stop, stream)
+        driver.cuEventSynchronize(stop)
+        times.append(driver.cuEventElapsedTime(start, stop)[1])
+    driver.cuEventDestroy(start)
+    driver.cuEventDestroy(stop)
+    return statistics.median(times)
