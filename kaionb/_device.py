@@ -75,13 +75,16 @@ class Stream:
     ``__cuda_stream__``, or a raw integer handle, keeping the owner alive.
     """
 
-    __slots__ = ("handle", "_owner", "_core")
+    __slots__ = ("handle", "cu", "_owner", "_core")
 
     def __init__(self, *, _handle: int | None = None, _owner=None):
         if _handle is None:
             core = current_device().create_stream()
             _handle, _owner = int(core.handle), core
+        from cuda.bindings.driver import CUstream
+
         self.handle = int(_handle)
+        self.cu = CUstream(self.handle)  # made once: the launch path passes it as is
         self._owner = _owner
         self._core = None
 

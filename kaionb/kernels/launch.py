@@ -177,7 +177,7 @@ class CompiledKernel:
         self._packer.pack_into(buf, 0, *flat)
         gx, gy, gz = _dim3(grid)
         bx, by, bz = _dim3(block)
-        handle = current_stream().handle if stream is None else stream
+        handle = current_stream().cu if stream is None else stream
         (err,) = self._driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz,
                                              shared_mem, handle, ptrs_addr, 0)
         if err != self._success:
