@@ -329,7 +329,9 @@ class DeviceArray:
         if copy:
             return self.copy().__dlpack__(stream=stream, max_version=max_version)
         if stream != -1:
-            consumer = 0 if stream in (None, 1, 2) else int(stream)
+            # None and 1 name the legacy default stream (handle 0); 2 is the per-thread
+            # default stream, whose handle is CU_STREAM_PER_THREAD == 2.
+            consumer = 0 if stream in (None, 1) else int(stream)
             _order_streams(current_stream().handle, consumer)
         if self.dtype == bfloat16:
             # cuda.core's exporter has no bfloat16: export the bits as uint16, then set the

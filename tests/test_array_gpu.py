@@ -107,6 +107,13 @@ def test_memory_is_released():
 def test_cupy_zero_copy_both_ways(rng):
     cp = pytest.importorskip("cupy")
     host = random_array((33, 65), np.float32, rng=rng)
+    side = cp.cuda.Stream(non_blocking=True)
+    with side, kaionb.stream(side):
+        _cupy_round_trips(cp, host)
+    side.synchronize()
+
+
+def _cupy_round_trips(cp, host):
     c = cp.asarray(host)
     k = kaionb.asarray(c)
     assert k.ptr == c.data.ptr
@@ -158,6 +165,13 @@ def test_numba_zero_copy(rng):
     from numba import cuda
 
     host = random_array((9, 40), np.float32, rng=rng)
+    side = cuda.stream()
+    with kaionb.stream(side):
+        _numba_round_trips(cuda, host)
+    side.synchronize()
+
+
+def _numba_round_trips(cuda, host):
     k = kaionb.asarray(host)
     n = cuda.as_cuda_array(k)
     assert n.device_ctypes_pointer.value == k.ptr
@@ -166,7 +180,8 @@ def test_numba_zero_copy(rng):
     assert back.ptr == k.ptr
     bf = kaionb.asarray(host).astype(bfloat16)
     bits = cuda.as_cuda_array(bf.view(np.uint16))  # CAI has no bf16: exchange the bits
-    np.testing.assert_array_equal(bits.copy_to_host(), host.astype(ml_dtypes.bfloat16).view(np.uint16))
+    np.testing.assert_array_equal(bits.copy_to_host(),
+                                  host.astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
 def test_kaionb_stream_orders_work():
