@@ -1,0 +1,628 @@
+"""Tensor-core matmul on ``mma.sync``: C = A · B for f16 / bf16 inputs, f32 accumulation.
+
+    C[m, n] = Σ_k A[m, k] · B[k, n],   A: M×K, B: K×N, any M, N, K ≥ 1
+
+PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-mma
+(``mma.sync.m16n8k16``, ``ldmatrix``, ``cp.async``). Design follows CUTLASS's sm80 GEMM:
+https://github.com/NVIDIA/cutlass/blob/main/media/docs/efficient_gemm.md
+
+Each block computes a BM×BN tile of C; its warps each a WM×WN sub-tile as (WM/16)×(WN/8)
+m16n8k16 mmas per 16 of K. Per K-step of BK:
+
+    global -> shared    cp.async 16-byte chunks into a STAGES-deep ring (``async``), or
+                        128-bit loads into registers and st.shared into two buffers (``sync``);
+                        chunks past the matrix edge are zero-filled, so any M, N, K works
+    shared -> registers ldmatrix.x4 (``.trans`` for operands stored M- or N-major)
+    registers           mma.sync, f32 accumulators
+    epilogue            f32 or packed f16/bf16 stores, bounds-checked; split-K partials go
+                        to an f32 workspace summed in split order by a second kernel
+
+Layouts without copies: an operand is read from its *storage* matrix, the row-major array
+its memory is. A (M×K) is K-major (row-major A) or M-major (``x.T`` of a row-major K×M);
+B (K×N) is N-major (row-major B) or K-major (``y.T`` of a row-major N×K). The shared tile
+keeps the storage orientation, and ldmatrix's ``.trans`` turns it into the mma fragment.
+Leading dimensions travel as int32 scalars. A·B with both operands transposed (TT) copies
+B once; arrays with no unit stride are copied.
+
+Shared tiles are swizzled (``helpers.tiles``: 16-byte chunk ^= line bits), tiles wider
+than 64 elements are stored as 64-column panels so every ldmatrix phase (8 rows × 16 B)
+and every 16-byte store hits 8 different bank groups.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32, int64, uint16, uint32, uint64
+
+from .._device import multiprocessor_count
+from ..array import DeviceArray, bfloat16, empty
+from ..kernels.helpers import (
+    ldmatrix_x4_b_row_col,
+    ldmatrix_x4_row_col,
+    swizzled_index,
+)
+from ..ptx_patches import (
+    cp_async_cg_16,
+    cp_async_commit_group,
+    cp_async_wait_group,
+    cvt_rn_bf16x2_f32,
+    cvt_rn_f16x2_f32,
+    device_function,
+    global_addr,
+    ld_global_nc_v4_u32,
+    ldmatrix_x4,
+    ldmatrix_x4_trans,
+    mma_m16n8k16_f32_bf16,
+    mma_m16n8k16_f32_f16,
+    shared_addr,
+    st_global_v4_f32,
+    st_global_v4_u32,
+    st_shared_v4_u32,
+)
+from ..validation import (
+    as_array,
+    check_contiguous,
+    check_dtype,
+    check_ndim,
+    check_out,
+    check_same_device,
+)
+from .launch import kernel
+
+# -- tuning constants ------------------------------------------------------------------------
+
+# Tile classes: (BM, BN, BK, WARPS_M, WARPS_N, STAGES).
+# large: 128×128 per block, 8 warps of 64×32 (16 mmas per 6 ldmatrix.x4 per k16), 4 stages
+#   of 16 KB — the CUTLASS sm80 default; 2 blocks fit an SM (128 KB of 228 KB).
+# small: 64×64, 4 warps of 32×32, for grids that 128×128 tiles leave under one wave and
+#   for the split-K decode shapes.
+TILES = {
+    "large": (128, 128, 32, 2, 4, 4),
+    "small": (64, 64, 32, 2, 2, 4),
+}
+# The large tile pays once it fills the GPU: below one block per SM, 64×64 tiles win.
+LARGE_MIN_BLOCKS_PER_SM = 1.0
+# Split-K: below this many blocks per SM the K loop is split (deterministic: partials to an
+# f32 workspace, summed in split order); each split keeps at least MIN_SPLIT_K of K.
+SPLIT_TARGET_BLOCKS_PER_SM = 2
+MIN_SPLIT_K = 256
+REDUCE_THREADS = 256
+# Output kinds (a runtime flag: one kernel serves every out dtype, the branch is in the
+# epilogue only).
+OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
+_OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
+
+# -- device helpers --------------------------------------------------------------------------
+
+
+@device_function
+def _tile_index(r, c, ROWS, COLS):
+    """Element index of (r, c) in a swizzled ROWS×COLS shared tile; wider than 64 columns
+    it is a row of 64-column panels (128-byte lines: the swizzle's conflict-free width)."""
+    if COLS <= 64:
+        return swizzled_index(r, c, COLS)
+    return (c // 64) * (ROWS * 64) + swizzled_index(r, c % 64, 64)
+
+
+@device_function
+def _chunk_coords(q, COLS):
+    """(row, col) of 16-byte chunk ``q`` of a row-major tile with COLS elements a row."""
+    return q // (COLS // 8), (q % (COLS // 8)) * 8
+
+
+@device_function
+def _cp_async_tile(smem, off, src, ld, row0, col0, rows_lim, cols_lim, tid,
+                   ROWS, COLS, THREADS):
+    """cp.async ``src[row0:+ROWS, col0:+COLS]`` (storage rows of ``ld`` elements) into the
+    swizzled tile at ``smem[off:]``; chunks past (rows_lim, cols_lim) are zero-filled."""
+    base = global_addr(src, (0, 0))
+    for i in range(ROWS * COLS // 8 // THREADS):
+        r, c = _chunk_coords(tid + i * THREADS, COLS)
+        gr, gc = row0 + r, col0 + c
+        nbytes = int32(0)
+        addr = base  # a zero-byte copy still needs a valid source address
+        if gr < rows_lim and gc < cols_lim:
+            nbytes = min(int32(8), cols_lim - gc) * 2
+            addr = base + uint64((int64(gr) * ld + gc) * 2)
+        cp_async_cg_16(shared_addr(smem, off + _tile_index(r, c, ROWS, COLS)), addr, nbytes)
+
+
+@device_function
+def _element(src, r, c, rows_lim, cols_lim):
+    if r < rows_lim and c < cols_lim:
+        return uint32(src[r, c])
+    return uint32(0)
+
+
+@device_function
+def _load_chunk(src, ld, gr, gc, rows_lim, cols_lim, vec_ok):
+    """8 elements ``src[gr, gc:gc+8]`` as 4 packed uint32, zeros past the edge: one
+    128-bit load where the chunk is whole and 16-byte aligned, else element loads."""
+    if vec_ok != 0 and gr < rows_lim and gc + 8 <= cols_lim:
+        return ld_global_nc_v4_u32(global_addr(src, (0, 0)) + uint64((int64(gr) * ld + gc) * 2))
+    return (_element(src, gr, gc, rows_lim, cols_lim)
+            | (_element(src, gr, gc + 1, rows_lim, cols_lim) << 16),
+            _element(src, gr, gc + 2, rows_lim, cols_lim)
+            | (_element(src, gr, gc + 3, rows_lim, cols_lim) << 16),
+            _element(src, gr, gc + 4, rows_lim, cols_lim)
+            | (_element(src, gr, gc + 5, rows_lim, cols_lim) << 16),
+            _element(src, gr, gc + 6, rows_lim, cols_lim)
+            | (_element(src, gr, gc + 7, rows_lim, cols_lim) << 16))
+
+
+@device_function
+def _pack(kind, lo, hi):
+    if kind == OUT_F16:
+        return cvt_rn_f16x2_f32(lo, hi)
+    return cvt_rn_bf16x2_f32(lo, hi)
+
+
+@device_function
+def _store_chunk(out32, out16, kind, row, col, M, N, vec, cs, ci):
+    """Write ``cs[ci:ci+8]`` (f32, shared) to row ``row``, columns col..col+7 of the
+    output in its kind: 16-byte stores where all 8 columns exist and rows are 16-byte
+    aligned (``vec``), element stores at the right edge."""
+    if row >= M or col >= N:
+        return
+    if vec != 0 and col + 8 <= N:
+        if kind == OUT_F32:
+            st_global_v4_f32(global_addr(out32, (row, col)),
+                             (cs[ci], cs[ci + 1], cs[ci + 2], cs[ci + 3]))
+            st_global_v4_f32(global_addr(out32, (row, col + 4)),
+                             (cs[ci + 4], cs[ci + 5], cs[ci + 6], cs[ci + 7]))
+        else:
+            st_global_v4_u32(global_addr(out16, (row, col)),
+                             (_pack(kind, cs[ci], cs[ci + 1]), _pack(kind, cs[ci + 2], cs[ci + 3]),
+                              _pack(kind, cs[ci + 4], cs[ci + 5]),
+                              _pack(kind, cs[ci + 6], cs[ci + 7])))
+        return
+    for e in range(min(8, N - col)):
+        if kind == OUT_F32:
+            out32[row, col + e] = cs[ci + e]
+        else:
+            out16[row, col + e] = uint16(_pack(kind, cs[ci + e], cs[ci + e]) & 0xFFFF)
+
+
+# -- kernels ---------------------------------------------------------------------------------
+
+_SIGNATURE = ("void(uint16[:, :], uint16[:, :], float32[:, ::1], uint16[:, ::1], "
+              "float32[:, :, ::1], int32, int32, int32, int32, int32, int32, int32, int32, "
+              "int32)")
+
+
+def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: str,
+                        tile: str):
+    """One kernel variant. Arguments (outputs after inputs, sizes last):
+
+    a, b     storage matrices (uint16 bits): A as M×K (``a_kmajor``) or K×M; B as N×K
+             (``b_kmajor``) or K×N; the unit stride on the last axis
+    out32, out16   the output for kind OUT_F32, or OUT_F16/OUT_BF16 (the other is unused)
+    ws       split-K workspace [splits, M, N] f32 (used when gridDim.z > 1)
+    M, N, K, lda, ldb, k_chunk (K per split, a multiple of BK), kind
+    vec_ok   the storage rows are 16-byte aligned: whole chunks load as 128 bits (sync)
+    out_vec  the output rows (and the workspace's) are 16-byte aligned: 128-bit stores
+    """
+    BM, BN, BK, WARPS_M, WARPS_N, STAGES = TILES[tile]
+    ASYNC = pipeline == "async"
+    NBUF = STAGES if ASYNC else 2
+    PENDING = STAGES - 2  # cp.async groups left in flight when a stage is consumed
+    THREADS = 32 * WARPS_M * WARPS_N
+    WM, WN = BM // WARPS_M, BN // WARPS_N
+    MT, NT = WM // 16, WN // 8  # m16 and n8 mma tiles per warp
+    NP = NT // 2  # ldmatrix.x4 loads of B per k16 (two n8 tiles each)
+    A_ROWS, A_COLS = (BM, BK) if a_kmajor else (BK, BM)
+    B_ROWS, B_COLS = (BN, BK) if b_kmajor else (BK, BN)
+    A_ELEMS, B_ELEMS = BM * BK, BN * BK
+    A_CHUNKS, B_CHUNKS = A_ELEMS // 8 // THREADS, B_ELEMS // 8 // THREADS
+    B_BASE = NBUF * A_ELEMS  # B's ring follows A's in the dynamic shared array
+    CS = BN + 8  # row stride of the f32 C tile the epilogue stages in shared memory
+    SHARED_BYTES = max(NBUF * (A_ELEMS + B_ELEMS) * 2, BM * CS * 4)
+    mma = mma_m16n8k16_f32_f16 if dtype == "f16" else mma_m16n8k16_f32_bf16
+    # ldmatrix lane pattern: row_col when the tile's rows are the fragment's rows (A
+    # K-major, B N-major with .trans), b_row_col otherwise.
+    a_lane_rc = ldmatrix_x4_row_col if a_kmajor else ldmatrix_x4_b_row_col
+    b_lane_rc = ldmatrix_x4_row_col if not b_kmajor else ldmatrix_x4_b_row_col
+    a_ldmatrix = ldmatrix_x4 if a_kmajor else ldmatrix_x4_trans
+    b_ldmatrix = ldmatrix_x4_trans if not b_kmajor else ldmatrix_x4
+
+    layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
+    name = f"_matmul_tc_{dtype}_{layout}_{pipeline}_{tile}_fwd_kernel"
+
+    @kernel([_SIGNATURE], name=name, max_dynamic_shared_bytes=SHARED_BYTES,
+            launch_bounds=THREADS)
+    def _matmul_fwd_kernel(a, b, out32, out16, ws, M, N, K, lda, ldb, k_chunk, kind, vec_ok,
+                           out_vec):
+        smem = cuda.shared.array(0, uint16)
+        acc = cuda.local.array((MT, NT, 4), float32)  # [m16 tile][n8 tile][C fragment]
+        afrag = cuda.local.array((MT, 4), uint32)
+        bfrag = cuda.local.array((NT, 2), uint32)
+        ra = cuda.local.array((A_CHUNKS, 4), uint32)  # sync: the next tile, in registers
+        rb = cuda.local.array((B_CHUNKS, 4), uint32)
+        for i in range(MT):
+            for j in range(NT):
+                for e in range(4):
+                    acc[i, j, e] = float32(0.0)
+
+        tid = int32(cuda.threadIdx.x)
+        lane, warp = tid % 32, tid // 32
+        wm = (warp // WARPS_N) * WM
+        wn = (warp % WARPS_N) * WN
+        m0 = int32(cuda.blockIdx.y) * BM
+        n0 = int32(cuda.blockIdx.x) * BN
+        split = int32(cuda.blockIdx.z)
+        k_begin = split * k_chunk
+        k_end = min(K, k_begin + k_chunk)
+        n_ktiles = (k_end - k_begin + BK - 1) // BK
+        # This lane's ldmatrix addresses (element offsets in a stage) at ks = 0.
+        a_idx = cuda.local.array(MT, int32)
+        b_idx = cuda.local.array(NP, int32)
+        a_r, a_c = a_lane_rc(lane)
+        b_r, b_c = b_lane_rc(lane)
+        for i in range(MT):
+            if a_kmajor:
+                a_idx[i] = _tile_index(wm + 16 * i + a_r, a_c, A_ROWS, A_COLS)
+            else:
+                a_idx[i] = _tile_index(a_r, wm + 16 * i + a_c, A_ROWS, A_COLS)
+        for p in range(NP):
+            if b_kmajor:
+                b_idx[p] = _tile_index(wn + 16 * p + b_r, b_c, B_ROWS, B_COLS)
+            else:
+                b_idx[p] = _tile_index(b_r, wn + 16 * p + b_c, B_ROWS, B_COLS)
+
+        # Storage coordinates of tile kt: (row0, col0) and the limits past which it is zero.
+        a_row0 = m0 if a_kmajor else k_begin
+        a_col0 = k_begin if a_kmajor else m0
+        a_rows_lim = M if a_kmajor else k_end
+        a_cols_lim = k_end if a_kmajor else M
+        b_row0 = n0 if b_kmajor else k_begin
+        b_col0 = k_begin if b_kmajor else n0
+        b_rows_lim = N if b_kmajor else k_end
+        b_cols_lim = k_end if b_kmajor else N
+        a_step_r = 0 if a_kmajor else BK
+        a_step_c = BK if a_kmajor else 0
+        b_step_r = 0 if b_kmajor else BK
+        b_step_c = BK if b_kmajor else 0
+
+        if ASYNC:
+            # Prologue: STAGES-1 tiles in flight (one commit group each, empty past the end,
+            # so wait_group's count stays exact).
+            for s in range(STAGES - 1):
+                if s < n_ktiles:
+                    _cp_async_tile(smem, s * A_ELEMS, a, lda, a_row0 + s * a_step_r,
+                                   a_col0 + s * a_step_c, a_rows_lim, a_cols_lim, tid,
+                                   A_ROWS, A_COLS, THREADS)
+                    _cp_async_tile(smem, B_BASE + s * B_ELEMS, b, ldb,
+                                   b_row0 + s * b_step_r, b_col0 + s * b_step_c,
+                                   b_rows_lim, b_cols_lim, tid, B_ROWS, B_COLS, THREADS)
+                cp_async_commit_group()
+        else:
+            for i in range(A_CHUNKS):
+                r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                v = _load_chunk(a, lda, a_row0 + r, a_col0 + c, a_rows_lim,
+                                a_cols_lim, vec_ok)
+                st_shared_v4_u32(shared_addr(smem, _tile_index(r, c, A_ROWS, A_COLS)), v)
+            for i in range(B_CHUNKS):
+                r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                v = _load_chunk(b, ldb, b_row0 + r, b_col0 + c, b_rows_lim,
+                                b_cols_lim, vec_ok)
+                st_shared_v4_u32(shared_addr(smem, B_BASE + _tile_index(r, c, B_ROWS, B_COLS)),
+                                 v)
+            cuda.syncthreads()
+
+        for kt in range(n_ktiles):
+            stage = kt % NBUF
+            if ASYNC:
+                cp_async_wait_group(PENDING)
+                # Also guarantees every warp is done with the stage refilled below (kt-1's).
+                cuda.syncthreads()
+                nxt = kt + STAGES - 1
+                if nxt < n_ktiles:
+                    ns = nxt % STAGES
+                    _cp_async_tile(smem, ns * A_ELEMS, a, lda, a_row0 + nxt * a_step_r,
+                                   a_col0 + nxt * a_step_c, a_rows_lim, a_cols_lim, tid,
+                                   A_ROWS, A_COLS, THREADS)
+                    _cp_async_tile(smem, B_BASE + ns * B_ELEMS, b, ldb,
+                                   b_row0 + nxt * b_step_r, b_col0 + nxt * b_step_c,
+                                   b_rows_lim, b_cols_lim, tid, B_ROWS, B_COLS, THREADS)
+                cp_async_commit_group()
+            else:
+                # Next tile's global loads are in flight while this one computes.
+                if kt + 1 < n_ktiles:
+                    for i in range(A_CHUNKS):
+                        r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                        v = _load_chunk(a, lda, a_row0 + (kt + 1) * a_step_r + r,
+                                        a_col0 + (kt + 1) * a_step_c + c, a_rows_lim,
+                                        a_cols_lim, vec_ok)
+                        for e in range(4):
+                            ra[i, e] = v[e]
+                    for i in range(B_CHUNKS):
+                        r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                        v = _load_chunk(b, ldb, b_row0 + (kt + 1) * b_step_r + r,
+                                        b_col0 + (kt + 1) * b_step_c + c, b_rows_lim,
+                                        b_cols_lim, vec_ok)
+                        for e in range(4):
+                            rb[i, e] = v[e]
+
+            a_stage = stage * A_ELEMS
+            b_stage = B_BASE + stage * B_ELEMS
+            for ks in range(BK // 16):
+                # Step ks of a K-major tile flips bit 4 of the swizzled column (16 elements,
+                # below the line bits the swizzle XORs in); of an M/N-major tile it moves
+                # 16 rows = whole 128-byte lines, which the swizzle leaves alone.
+                for i in range(MT):
+                    idx = a_idx[i] ^ (16 * ks) if a_kmajor else a_idx[i] + 16 * 64 * ks
+                    q = a_ldmatrix(shared_addr(smem, a_stage + idx))
+                    for e in range(4):
+                        afrag[i, e] = q[e]
+                for p in range(NP):
+                    # One x4 gives the B fragments of two n8 tiles: (r0, r1) and (r2, r3).
+                    idx = b_idx[p] ^ (16 * ks) if b_kmajor else b_idx[p] + 16 * 64 * ks
+                    q = b_ldmatrix(shared_addr(smem, b_stage + idx))
+                    bfrag[2 * p, 0] = q[0]
+                    bfrag[2 * p, 1] = q[1]
+                    bfrag[2 * p + 1, 0] = q[2]
+                    bfrag[2 * p + 1, 1] = q[3]
+                for i in range(MT):
+                    for j in range(NT):
+                        d = mma((afrag[i, 0], afrag[i, 1], afrag[i, 2], afrag[i, 3]),
+                                (bfrag[j, 0], bfrag[j, 1]),
+                                (acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3]))
+                        for e in range(4):
+                            acc[i, j, e] = d[e]
+
+            if not ASYNC:
+                if kt + 1 < n_ktiles:
+                    # The other buffer was last read in iteration kt-1, before its barrier.
+                    ns = (kt + 1) % 2
+                    for i in range(A_CHUNKS):
+                        r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                        st_shared_v4_u32(
+                            shared_addr(smem, ns * A_ELEMS + _tile_index(r, c, A_ROWS, A_COLS)),
+                            (ra[i, 0], ra[i, 1], ra[i, 2], ra[i, 3]))
+                    for i in range(B_CHUNKS):
+                        r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                        st_shared_v4_u32(
+                            shared_addr(smem, B_BASE + ns * B_ELEMS
+                                        + _tile_index(r, c, B_ROWS, B_COLS)),
+                            (rb[i, 0], rb[i, 1], rb[i, 2], rb[i, 3]))
+                cuda.syncthreads()
+
+        # Epilogue through shared memory: fragments -> an f32 C tile (rows padded by 8 so
+        # each half-warp's 8-byte fragment stores hit 32 different banks), then each thread
+        # writes whole 8-column chunks: coalesced 16-byte global stores.
+        if ASYNC:
+            cp_async_wait_group(0)
+        cuda.syncthreads()
+        cs = cuda.shared.array(0, float32)
+        g, t = lane // 4, lane % 4
+        for i in range(MT):
+            for j in range(NT):
+                r = wm + 16 * i + g
+                c = wn + 8 * j + 2 * t
+                cs[r * CS + c] = acc[i, j, 0]
+                cs[r * CS + c + 1] = acc[i, j, 1]
+                cs[(r + 8) * CS + c] = acc[i, j, 2]
+                cs[(r + 8) * CS + c + 1] = acc[i, j, 3]
+        cuda.syncthreads()
+        split_k = int32(cuda.gridDim.z) > 1
+        dst32 = ws[split] if split_k else out32
+        out_kind = OUT_F32 if split_k else kind
+        for q in range(BM * BN // 8 // THREADS):
+            r, c = _chunk_coords(tid + q * THREADS, BN)
+            _store_chunk(dst32, out16, out_kind, m0 + r, n0 + c, M, N, out_vec, cs, r * CS + c)
+
+    _matmul_fwd_kernel.threads = THREADS
+    _matmul_fwd_kernel.shared_bytes = SHARED_BYTES
+    _matmul_fwd_kernel.block_tile = (BM, BN, BK)
+    return _matmul_fwd_kernel
+
+
+@kernel(["void(float32[:, :, ::1], float32[:, ::1], uint16[:, ::1], int32)"],
+        name="_matmul_splitk_reduce_kernel")
+def _matmul_splitk_reduce_kernel(ws, out32, out16, kind):
+    """out = Σ_s ws[s] in split order (deterministic), in the output's dtype. Each thread
+    writes one pair of columns (one packed 32-bit store for 16-bit outputs)."""
+    splits, m, n = ws.shape
+    half_n = (n + 1) // 2
+    i = int32(cuda.grid(1))
+    if i >= m * half_n:
+        return
+    r = i // half_n
+    c = (i % half_n) * 2
+    lo = float32(0.0)
+    hi = float32(0.0)
+    for s in range(splits):
+        lo += ws[s, r, c]
+        if c + 1 < n:
+            hi += ws[s, r, c + 1]
+    if kind == OUT_F32:
+        out32[r, c] = lo
+        if c + 1 < n:
+            out32[r, c + 1] = hi
+    else:
+        packed = cvt_rn_f16x2_f32(lo, hi) if kind == OUT_F16 else cvt_rn_bf16x2_f32(lo, hi)
+        out16[r, c] = uint16(packed & 0xFFFF)
+        if c + 1 < n:
+            out16[r, c + 1] = uint16(packed >> 16)
+
+
+# Every variant: dtype × layout (NN, NT, TN) × pipeline × tile class.
+_LAYOUTS = ((True, False), (True, True), (False, False))
+_KERNELS = {
+    (dtype, a_k, b_k, pipeline, tile): _make_matmul_kernel(dtype, a_k, b_k, pipeline, tile)
+    for dtype in ("f16", "bf16")
+    for a_k, b_k in _LAYOUTS
+    for pipeline in ("sync", "async")
+    for tile in TILES
+}
+
+# -- host entries ----------------------------------------------------------------------------
+
+_F32, _U16 = np.dtype(np.float32), np.dtype(np.uint16)
+
+
+def _fail(exc_type, op: str, name: str, expected: str, got):
+    # validation's message format, for checks it has no function for.
+    raise exc_type(f"{op}: argument '{name}' expected {expected}, got {got}")
+
+_DTYPE_KEY = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
+
+
+def _storage(op: str, name: str, x: DeviceArray, k_axis: int):
+    """(storage view, ld, k_major) for operand ``x`` without copying when one axis has unit
+    stride. The storage is row-major with rows of ``ld`` elements: ``x`` itself when its
+    last axis is contiguous, ``x.T`` when its first is. Copies only when neither is."""
+    rows, cols = x.shape
+    isz = x.itemsize
+    if cols == 1 or x.strides[1] == isz:
+        ld = x.strides[0] // isz if rows > 1 else cols
+        if rows > 1 and x.strides[0] % isz:
+            _fail(ValueError, op, name, "strides in whole elements", x.strides)
+        storage, kmajor = x._view((rows, cols), (max(ld, 1) * isz, isz)), k_axis == 1
+    elif rows == 1 or x.strides[0] == isz:
+        ld = x.strides[1] // isz
+        storage, kmajor = x._view((cols, rows), (ld * isz, isz)), k_axis == 0
+    else:
+        return _storage(op, name, x.copy(), k_axis)
+    ld = max(ld, 1)
+    if storage.shape[0] == 1:
+        ld = -(-storage.shape[1] // 8) * 8  # one row: ld is never used to step, align it
+    return storage, ld, kmajor
+
+
+def _aligned(storage: DeviceArray, ld: int) -> bool:
+    """16-byte rows: cp.async / 128-bit loads may move whole chunks."""
+    return storage.ptr % 16 == 0 and ld % 8 == 0
+
+
+def _choose(m: int, n: int, k: int) -> tuple[str, int, int]:
+    """(tile class, splits, k per split) for an M×N×K problem on this GPU."""
+    sms = multiprocessor_count()
+    bm, bn, bk = TILES["large"][:3]
+    if math.ceil(m / bm) * math.ceil(n / bn) >= LARGE_MIN_BLOCKS_PER_SM * sms:
+        return "large", 1, k
+    bm, bn, bk = TILES["small"][:3]
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    splits = max(1, min(math.ceil(SPLIT_TARGET_BLOCKS_PER_SM * sms / tiles), k // MIN_SPLIT_K))
+    k_chunk = math.ceil(math.ceil(k / splits) / bk) * bk
+    return "small", math.ceil(k / k_chunk), k_chunk
+
+
+def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
+               tile: str | None = None, splits: int | None = None) -> DeviceArray:
+    """Validate and launch: ``a @ b`` for ``dtype`` (float16 or bfloat16) inputs.
+
+    ``pipeline``: "sync" or "async" (falls back to "sync" where a storage row is not
+    16-byte aligned: cp.async moves whole 16-byte chunks). ``tile``/``splits`` override the
+    shape-class choice (tests and benchmarks).
+    """
+    a = as_array(op, "a", a, dtypes=(dtype,))
+    b = as_array(op, "b", b, dtypes=(dtype,))
+    check_ndim(op, "a", a, 2)
+    check_ndim(op, "b", b, 2)
+    check_same_device(op, a=a, b=b)
+    (m, k), (kb, n) = a.shape, b.shape
+    if kb != k:
+        _fail(ValueError, op, "b", f"{k} rows (a is {a.shape}: inner dimensions must match)",
+              f"shape {b.shape}")
+    out_dtype = np.dtype(out_dtype if out_dtype is not None
+                         else (out.dtype if out is not None else np.float32))
+    if out_dtype not in _OUT_KIND:
+        _fail(TypeError, op, "out_dtype", "float32, float16 or bfloat16", out_dtype)
+    if out is None:
+        out = empty((m, n), out_dtype)
+    else:
+        out = check_out(op, out, (m, n), out_dtype)
+        check_same_device(op, a=a, out=out)
+        check_contiguous(op, "out", out)
+    if out.size == 0:
+        return out
+    if k == 0:
+        return out.fill(0)
+
+    sa, lda, a_kmajor = _storage(op, "a", a, k_axis=1)
+    sb, ldb, b_kmajor = _storage(op, "b", b, k_axis=0)
+    if not a_kmajor and b_kmajor:  # TT: make B N-major (one copy of B)
+        sb, ldb, b_kmajor = _storage(op, "b", b.copy(), k_axis=0)
+    vec_ok = _aligned(sa, lda) and _aligned(sb, ldb)
+    if pipeline == "async" and not vec_ok:
+        pipeline = "sync"
+    if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
+        _fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
+
+    chosen_tile, n_splits, k_chunk = _choose(m, n, k)
+    tile = tile or chosen_tile
+    if splits is not None:
+        bk = TILES[tile][2]
+        k_chunk = math.ceil(math.ceil(k / splits) / bk) * bk
+        n_splits = math.ceil(k / k_chunk)
+    elif tile != chosen_tile:
+        n_splits, k_chunk = 1, k
+    kdef = _KERNELS[(_DTYPE_KEY[np.dtype(dtype)], a_kmajor, b_kmajor, pipeline, tile)]
+    bm, bn, _ = kdef.block_tile
+    kind = _OUT_KIND[out.dtype]
+    out32 = out if kind == OUT_F32 else out._view((0, 0), (4, 4), dtype=_F32)
+    out16 = (out._view(out.shape, out.strides, dtype=_U16) if kind != OUT_F32
+             else out._view((0, 0), (2, 2), dtype=_U16))
+    ws = (empty((n_splits, m, n), np.float32) if n_splits > 1
+          else out._view((0, 0, 0), (4, 4, 4), dtype=_F32))
+    out_vec = out.ptr % 16 == 0 and n % 8 == 0
+    grid = (math.ceil(n / bn), math.ceil(m / bm), n_splits)
+    kdef[0](grid, (kdef.threads,),
+            (sa, sb, out32, out16, ws, m, n, k, lda, ldb, k_chunk, kind, int(vec_ok),
+             int(out_vec)),
+            shared_mem=kdef.shared_bytes)
+    if n_splits > 1:
+        pairs = m * ((n + 1) // 2)
+        _matmul_splitk_reduce_kernel[0]((math.ceil(pairs / REDUCE_THREADS),),
+                                        (REDUCE_THREADS,), (ws, out32, out16, kind))
+    return out
+
+
+def matmul_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float64 NumPy reference: the inputs as given (already f16/bf16-rounded), upcast."""
+    return np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+
+
+# -- public functions ------------------------------------------------------------------------
+
+
+def matmul_tc(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+    """``a @ b`` for float16 a (M×K) and b (K×N) on tensor cores (mma.sync, f32
+    accumulation), synchronous loads. Any M, N, K; ``a.T`` / ``b.T`` views without copies.
+    ``out_dtype``: float32 (default), float16 or bfloat16."""
+    return matmul_fwd("matmul_tc", a, b, dtype=np.float16, pipeline="sync", out=out,
+                      out_dtype=out_dtype)
+
+
+def matmul_tc_bf16(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+    """As :func:`matmul_tc` for bfloat16 inputs."""
+    return matmul_fwd("matmul_tc_bf16", a, b, dtype=bfloat16, pipeline="sync", out=out,
+                      out_dtype=out_dtype)
+
+
+def matmul_tc_async(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+    """As :func:`matmul_tc` with the 4-stage cp.async pipeline (16-byte-aligned rows; other
+    inputs run the synchronous kernel)."""
+    return matmul_fwd("matmul_tc_async", a, b, dtype=np.float16, pipeline="async", out=out,
+                      out_dtype=out_dtype)
+
+
+def matmul_tc_bf16_async(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+    """As :func:`matmul_tc_async` for bfloat16 inputs."""
+    return matmul_fwd("matmul_tc_bf16_async", a, b, dtype=bfloat16, pipeline="async",
+                      out=out, out_dtype=out_dtype)
+
+
+def matmul(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+    """``a @ b``: float16 / bfloat16 inputs run the fastest tensor-core kernel for the shape
+    (cp.async pipeline, tile class and split-K chosen per shape). Other dtypes raise
+    TypeError: convert with ``.astype(kaionb.bfloat16)`` (or float16) first."""
+    a = as_array("matmul", "a", a)
+    b = as_array("matmul", "b", b)
+    check_dtype("matmul", "a", a, (np.float16, bfloat16))
+    if a.dtype == np.float16:
+        return matmul_tc_async(a, b, out=out, out_dtype=out_dtype)
+    return matmul_tc_bf16_async(a, b, out=out, out_dtype=out_dtype)
