@@ -497,9 +497,8 @@ def _aligned(storage: DeviceArray, ld: int) -> bool:
     return storage.ptr % 16 == 0 and ld % 8 == 0
 
 
-def _choose(m: int, n: int, k: int) -> tuple[str, int, int]:
-    """(tile class, splits, k per split) for an M×N×K problem on this GPU."""
-    sms = multiprocessor_count()
+def _choose(m: int, n: int, k: int, sms: int) -> tuple[str, int, int]:
+    """(tile class, splits, k per split) for an M×N×K problem on a GPU with ``sms`` SMs."""
     bm, bn, bk = TILES["large"][:3]
     if math.ceil(m / bm) * math.ceil(n / bn) >= LARGE_MIN_BLOCKS_PER_SM * sms:
         return "large", 1, k
@@ -552,7 +551,7 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
         _fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
 
-    chosen_tile, n_splits, k_chunk = _choose(m, n, k)
+    chosen_tile, n_splits, k_chunk = _choose(m, n, k, multiprocessor_count())
     tile = tile or chosen_tile
     if splits is not None:
         bk = TILES[tile][2]

@@ -1,0 +1,117 @@
+"""Tensor-core matmul: kaionb (mma.sync) against cuBLAS (torch.matmul), same GPU, same run.
+
+    python benchmarks/matmul_table.py [--dtypes f16,bf16] [--json out.json]
+
+For each shape (256³ … 8192³, and decode shapes M ∈ {1, 16, 128} with K = N = 4096) and
+input dtype: TFLOP/s of ``kaionb.matmul`` (the cp.async kernel the dispatcher picks),
+``matmul_tc`` / ``matmul_tc_bf16`` (the synchronous kernel) and torch.matmul (cuBLAS) with
+f32 accumulation (reduced-precision reductions off); all write the input dtype. Timing:
+CUDA events around batches of calls after a warm-up, median of the batches; inputs are
+random normals (never zeros).
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+import kaionb
+from kaionb.kernels import matmul as mm
+
+SHAPES = [(s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192)] + [
+    (1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096)]
+
+
+def bench_ms(torch, fn, flops):
+    """Median ms per call: batches sized to ~20 ms, 15 batches after a warm-up."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    batch = int(min(200, max(1, 20.0 / max(start.elapsed_time(stop), 1e-3))))
+    samples = []
+    for _ in range(15):
+        start.record()
+        for _ in range(batch):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) / batch)
+    return statistics.median(samples)
+
+
+def run(dtypes):
+    import torch
+
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
+    kdt = {"f16": np.float16, "bf16": kaionb.bfloat16}
+    sync_fn = {"f16": mm.matmul_tc, "bf16": mm.matmul_tc_bf16}
+    rows = []
+    for name in dtypes:
+        for m, n, k in SHAPES:
+            gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+            a = torch.randn(m, k, device="cuda", dtype=tdt[name], generator=gen)
+            b = torch.randn(k, n, device="cuda", dtype=tdt[name], generator=gen)
+            ka, kb = kaionb.asarray(a), kaionb.asarray(b)
+            flops = 2.0 * m * n * k
+            t_cublas = bench_ms(torch, lambda: torch.matmul(a, b), flops)
+            t_async = bench_ms(torch, lambda: mm.matmul(ka, kb, out_dtype=kdt[name]), flops)
+            t_sync = bench_ms(torch, lambda: sync_fn[name](ka, kb, out_dtype=kdt[name]), flops)
+            tile, splits, _ = mm._choose(m, n, k, torch.cuda.get_device_properties(0)
+                                         .multi_processor_count)
+            row = dict(dtype=name, m=m, n=n, k=k, tile=tile, splits=splits,
+                       cublas_tflops=flops / t_cublas / 1e9,
+                       async_tflops=flops / t_async / 1e9,
+                       sync_tflops=flops / t_sync / 1e9,
+                       cublas_us=t_cublas * 1e3, async_us=t_async * 1e3, sync_us=t_sync * 1e3)
+            row["ratio"] = row["async_tflops"] / row["cublas_tflops"]
+            row["sync_ratio"] = row["sync_tflops"] / row["cublas_tflops"]
+            rows.append(row)
+            print(f"{name:4} {m:5}x{n:5}x{k:5} {tile:5} s={splits:<2} cuBLAS "
+                  f"{row['cublas_tflops']:6.1f}  async {row['async_tflops']:6.1f} "
+                  f"({row['ratio']:.2f})  sync {row['sync_tflops']:6.1f} "
+                  f"({row['sync_ratio']:.2f})  [{row['async_us']:.1f} vs "
+                  f"{row['cublas_us']:.1f} us]", flush=True)
+    return rows
+
+
+def table(rows, gpu):
+    lines = [f"GPU: {gpu}. TFLOP/s (ratio to cuBLAS). Output dtype = input dtype.", "",
+             "| dtype | M×N×K | tile, splits | cuBLAS | kaionb.matmul (async) | "
+             "matmul_tc (sync) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dtype']} | {r['m']}×{r['n']}×{r['k']} | {r['tile']}, "
+                     f"{r['splits']} | {r['cublas_tflops']:.1f} | {r['async_tflops']:.1f} "
+                     f"({r['ratio']:.2f}) | {r['sync_tflops']:.1f} ({r['sync_ratio']:.2f}) |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtypes", default="f16,bf16")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if not kaionb.gpu_available():
+        print("matmul_table: no CUDA GPU here; nothing to time.")
+        return 0
+    import torch
+
+    rows = run(args.dtypes.split(","))
+    gpu = torch.cuda.get_device_name(0)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(gpu=gpu, rows=rows), f, indent=1)
+    print(table(rows, gpu))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
