@@ -1,0 +1,155 @@
+"""Transformer primitives: achieved bandwidth vs a device-to-device copy and vs torch, all
+measured in one run on the same GPU.
+
+    python benchmarks/primitives_table.py [--quick] [--threads 128,256,512]
+
+Bytes counted: each input read once plus the output written once (weights included).
+Times: CUDA events around each call after a warm-up, median of --reps calls; the inputs
+(≥ 256 MiB for the large shapes) are far larger than L2. Decode rows: host wall time per
+call of 2000 back-to-back calls (launch-bound), out= preallocated, then synchronized.
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import kaionb
+from kaionb.kernels import rowwise
+from kaionb.kernels.activations import fused_silu_gate, gelu
+from kaionb.kernels.norms import layer_norm, rms_norm
+from kaionb.kernels.quantize import dequantize_int8, quantize_int8
+from kaionb.kernels.softmax import softmax
+
+LARGE = [((16384, 8192), "float16"), ((16384, 8192), "float32"), ((16384, 8192), "bfloat16"),
+         ((2048, 65536), "float16"), ((512, 262144), "float16"), ((2048, 65536), "float32"),
+         ((512, 262144), "float32")]
+DECODE = [(1, 4096), (16, 4096), (64, 4096)]
+
+
+def bench_gpu(fn, reps):
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def bench_host(fn, calls=2000):
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def cases(shape, dtype):
+    """(name, kaionb call, torch call, bytes moved) for one shape and dtype."""
+    import torch
+    import torch.nn.functional as F
+
+    tdt = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", dtype=tdt, generator=g)
+    y = torch.randn(shape, device="cuda", dtype=tdt, generator=g)
+    w = torch.randn(shape[-1], device="cuda", dtype=tdt, generator=g)
+    b = torch.randn(shape[-1], device="cuda", dtype=tdt, generator=g)
+    out = torch.empty_like(x)
+    kx, ky, kw, kb, ko = (kaionb.asarray(t) for t in (x, y, w, b, out))
+    q = torch.empty(shape, device="cuda", dtype=torch.int8)
+    s = torch.empty(shape[0], device="cuda", dtype=torch.float32)
+    kq, ks = kaionb.asarray(q), kaionb.asarray(s)
+    quantize_int8(kx, 0, out=(kq, ks))
+    nb = x.numel() * x.element_size()
+    wb = w.numel() * w.element_size()
+    return [
+        ("rms_norm", lambda: rms_norm(kx, kw, out=ko),
+         lambda: F.rms_norm(x, (shape[-1],), w, 1e-6), 2 * nb + wb),  # torch >= 2.4
+        ("layer_norm", lambda: layer_norm(kx, kw, kb, out=ko),
+         lambda: F.layer_norm(x, (shape[-1],), w, b, 1e-5), 2 * nb + 2 * wb),
+        ("softmax", lambda: softmax(kx, out=ko), lambda: torch.softmax(x, -1), 2 * nb),
+        ("fused_silu_gate", lambda: fused_silu_gate(kx, ky, out=ko),
+         lambda: F.silu(x) * y, 3 * nb),
+        ("gelu", lambda: gelu(kx, out=ko), lambda: F.gelu(x), 2 * nb),
+        ("gelu_tanh", lambda: gelu(kx, "tanh", out=ko),
+         lambda: F.gelu(x, approximate="tanh"), 2 * nb),
+        ("quantize_int8 row", lambda: quantize_int8(kx, 0, out=(kq, ks)),
+         lambda: torch.clamp(torch.round(x / (x.abs().amax(-1, keepdim=True) / 127)),
+                             -127, 127).to(torch.int8), nb + x.numel()),
+        ("dequantize_int8 row", lambda: dequantize_int8(kq, ks, 0, x.dtype, out=ko),
+         lambda: (q.to(tdt) * s[:, None].to(tdt)), nb + x.numel()),
+    ]
+
+
+def copy_bandwidth(nbytes, reps):
+    import torch
+
+    src = torch.randn(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    us = bench_gpu(lambda: dst.copy_(src), reps)
+    return 2 * nbytes / us / 1e3, us
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="headline shape only")
+    parser.add_argument("--threads", default="",
+                        help="also time rms_norm/softmax f16 [16384, 8192] at these "
+                             "rowwise.PREFERRED_THREADS values")
+    args = parser.parse_args()
+    if not kaionb.gpu_available():
+        print("no CUDA GPU: nothing to time")
+        return
+    import torch
+
+    copy_gbs, copy_us = copy_bandwidth(1 << 28, args.reps)
+    print(f"device-to-device copy, 256 MiB: {copy_us:.1f} us, {copy_gbs:.0f} GB/s "
+          f"(read + write) on {torch.cuda.get_device_name()}")
+    header = (f"{'op':22s} {'dtype':9s} {'shape':15s} {'us':>8s} {'GB/s':>7s} {'%copy':>6s} "
+              f"{'torch us':>9s} {'torch GB/s':>10s} {'speedup':>8s}")
+    print(header)
+    rows = []
+    for shape, dtype in (LARGE[:1] if args.quick else LARGE):
+        for name, ours, theirs, nbytes in cases(shape, dtype):
+            us = bench_gpu(ours, args.reps)
+            tus = bench_gpu(theirs, args.reps)
+            gbs, tgbs = nbytes / us / 1e3, nbytes / tus / 1e3
+            line = (f"{name:22s} {dtype:9s} {str(list(shape)):15s} {us:8.1f} {gbs:7.0f} "
+                    f"{100 * gbs / copy_gbs:5.1f}% {tus:9.1f} {tgbs:10.0f} {tus / us:7.2f}x")
+            rows.append(line)
+            print(line, flush=True)
+        torch.cuda.empty_cache()
+    for t in [int(v) for v in args.threads.split(",") if v]:
+        rowwise.PREFERRED_THREADS = t
+        for name, ours, _, nbytes in cases((16384, 8192), "float16")[:3]:
+            us = bench_gpu(ours, args.reps)
+            print(f"threads={t:4d} {name:12s} f16 [16384, 8192] {us:8.1f} us "
+                  f"{nbytes / us / 1e3:6.0f} GB/s {100 * nbytes / us / 1e3 / copy_gbs:5.1f}%")
+        rowwise.PREFERRED_THREADS = 256
+    print("\ndecode sizes, float16, host time per call end to end (out= given):")
+    for shape in DECODE:
+        for name, ours, theirs, _ in cases(shape, "float16")[:6]:
+            us = bench_host(ours)
+            tus = bench_host(theirs)
+            print(f"  {name:16s} {str(list(shape)):12s} kaionb {us:6.1f} us   torch {tus:6.1f} us")
+
+
+if __name__ == "__main__":
+    main()

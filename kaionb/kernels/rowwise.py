@@ -1,0 +1,286 @@
+"""Row-wise building blocks shared by the transformer primitives (norms, softmax,
+activations, INT8 quantization).
+
+Every op sees its input as a 2-D ``[rows, n]`` view whose last axis is contiguous; rows
+may sit at any element-aligned address. Data moves in 16-byte *words4* (four uint32:
+4 float32, 8 float16/bfloat16 or 16 int8): a run of VEC elements starting at element
+``e0`` of a row goes through one 128-bit ``ld.global.nc`` / ``st.global`` when it lies
+inside the row and its address is 16-byte aligned, and element by element otherwise
+(the row's ragged head and tail, or a row whose layout breaks the alignment).
+
+Vector ``v`` of a row covers elements ``v*VEC - head .. v*VEC - head + VEC-1``, where
+``head`` is the row's misalignment in elements: every full vector is then aligned, and a
+row has ``ceil((head + n) / VEC)`` vectors (at most one more than ``ceil(n / VEC)``).
+
+Float codecs turn words into float32 values in a caller's local array and back (round to
+nearest even), so kernels do all arithmetic in float32. Storage bits travel as unsigned
+integers: float32 arrays are passed as ``uint32[:, :]``, half types as ``uint16[:, :]``,
+int8 as ``int8[:, :]`` (launch.py accepts any dtype of the right itemsize).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import cuda, int32, int64, types, uint16, uint32
+from numba.cuda.extending import intrinsic
+
+from ..array import bfloat16
+from ..ptx_patches import (
+    bf16x2_to_f32x2,
+    cvt_rn_bf16x2_f32,
+    cvt_rn_f16x2_f32,
+    device_function,
+    f16x2_to_f32x2,
+    global_addr,
+    ld_global_nc_v4_u32,
+    st_global_v4_u32,
+)
+
+VEC_BYTES = 16
+# Elements a thread keeps in registers on the one-pass path: 8 words4 of float32 or 4 of
+# halves (32 registers of half data spilled under the 64-register cap of 1024 threads).
+# A 1024-thread block holds a 32768-element row.
+REG_ELEMS = 32
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), bfloat16)
+_INT32_MAX = 2**31 - 1
+
+
+@intrinsic
+def f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the uint32 ``bits`` (an LLVM bitcast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def f32_to_bits(typingctx, value):
+    """The uint32 bit pattern of the float32 ``value`` (an LLVM bitcast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+class Codec:
+    """Device helpers for one storage dtype: 16-byte runs in and out of a [rows, n] array.
+
+    - ``load(x, r, e0, n, fill)``: words4 of elements e0.. of row r; elements outside
+      [0, n) read as the storage bits ``fill``.
+    - ``store(out, r, e0, n, words)``: writes the elements of words4 that lie in [0, n).
+    - ``head(x, r)``: row r's misalignment in elements (int32).
+    - float codecs: ``unpack(words, buf, off)`` → VEC float32 into ``buf[off:]``,
+      ``pack(buf, off)`` → words4, ``decode(bits)`` / ``encode(value)`` for one element.
+    """
+
+    def __init__(self, dtype, storage, vec, unpack=None, pack=None, decode=None,
+                 encode=None):
+        self.dtype = np.dtype(dtype)
+        self.storage = storage  # numba type name used in kernel signatures
+        self.vec = vec
+        self.reg_vecs = max(1, REG_ELEMS // vec)  # words4 per thread on the register path
+        self.unpack, self.pack, self.decode, self.encode = unpack, pack, decode, encode
+        self.load, self.store, self.head = _make_io(vec, storage)
+
+
+def _make_io(VEC, storage):
+    ISZ = VEC_BYTES // VEC
+    PER_WORD = VEC // 4
+    BITS = 32 // PER_WORD
+    MASK = (1 << BITS) - 1
+    to_storage = {"uint32": uint32, "uint16": uint16, "int8": types.int8}[storage]
+
+    @device_function
+    def head(x, r):
+        return int32((global_addr(x, (int64(r), int64(0))) & 15) // ISZ)
+
+    @device_function
+    def gather(x, r, e0, n, fill):
+        w = cuda.local.array(4, uint32)
+        for k in range(4):
+            w[k] = uint32(0)
+        for j in range(VEC):
+            e = e0 + j
+            bits = (uint32(x[r, e]) if 0 <= e < n else uint32(fill)) & uint32(MASK)
+            w[j // PER_WORD] |= bits << uint32((j % PER_WORD) * BITS)
+        return (w[0], w[1], w[2], w[3])
+
+    @device_function
+    def load(x, r, e0, n, fill):
+        if e0 >= 0 and e0 + VEC <= n:
+            a = global_addr(x, (int64(r), int64(e0)))
+            if a & 15 == 0:
+                return ld_global_nc_v4_u32(a)
+        return gather(x, r, e0, n, fill)
+
+    @device_function
+    def store(out, r, e0, n, words):
+        if e0 >= 0 and e0 + VEC <= n:
+            a = global_addr(out, (int64(r), int64(e0)))
+            if a & 15 == 0:
+                st_global_v4_u32(a, words)
+                return
+        for j in range(VEC):
+            e = e0 + j
+            if 0 <= e < n:
+                bits = (words[j // PER_WORD] >> uint32((j % PER_WORD) * BITS)) & uint32(MASK)
+                out[r, e] = to_storage(bits)
+
+    return load, store, head
+
+
+# -- float codecs -----------------------------------------------------------------------
+
+@device_function
+def _unpack_f32(words, buf, off):
+    for k in range(4):
+        buf[off + k] = f32_from_bits(words[k])
+
+
+@device_function
+def _pack_f32(buf, off):
+    return (f32_to_bits(buf[off]), f32_to_bits(buf[off + 1]), f32_to_bits(buf[off + 2]),
+            f32_to_bits(buf[off + 3]))
+
+
+def _half_codec(dtype, to_f32x2, from_f32x2):
+    @device_function
+    def unpack(words, buf, off):
+        for k in range(4):
+            lo, hi = to_f32x2(words[k])
+            buf[off + 2 * k] = lo
+            buf[off + 2 * k + 1] = hi
+
+    @device_function
+    def pack(buf, off):
+        return (from_f32x2(buf[off], buf[off + 1]), from_f32x2(buf[off + 2], buf[off + 3]),
+                from_f32x2(buf[off + 4], buf[off + 5]), from_f32x2(buf[off + 6], buf[off + 7]))
+
+    @device_function
+    def decode(bits):
+        return to_f32x2(uint32(bits))[0]
+
+    @device_function
+    def encode(value):
+        return uint16(from_f32x2(value, value) & uint32(0xFFFF))
+
+    return Codec(dtype, "uint16", 8, unpack, pack, decode, encode)
+
+
+@device_function
+def _decode_f32(bits):
+    return f32_from_bits(uint32(bits))
+
+
+CODECS = {
+    np.dtype(np.float32): Codec(np.float32, "uint32", 4, _unpack_f32, _pack_f32, _decode_f32,
+                                f32_to_bits),
+    np.dtype(np.float16): _half_codec(np.float16, f16x2_to_f32x2, cvt_rn_f16x2_f32),
+    bfloat16: _half_codec(bfloat16, bf16x2_to_f32x2, cvt_rn_bf16x2_f32),
+}
+INT8 = Codec(np.int8, "int8", 16)
+
+# Storage bits of -inf (softmax's fill for masked elements) and of 0.
+NEG_INF_BITS = {np.dtype(np.float32): 0xFF800000, np.dtype(np.float16): 0xFC00, bfloat16: 0xFF80}
+
+
+# -- host side ----------------------------------------------------------------------------
+
+def rows_view(op, name, x):
+    """``x`` as a 2-D [rows, n] view sharing its memory (last axis contiguous), or a
+    ValueError naming the op. Leading axes must collapse into one stride."""
+    n = x.shape[-1] if x.ndim else 1
+    lead = x.shape[:-1]
+    rows = 1
+    for d in lead:
+        rows *= d
+    # Leading axes must walk the rows with one stride (true of any C-contiguous batch).
+    dims = [(d, s) for d, s in zip(lead, x.strides[:-1]) if d != 1]
+    row_stride = dims[-1][1] if dims else n * x.itemsize
+    for (_, outer), (d, inner) in zip(dims, dims[1:]):
+        if outer != inner * d:
+            raise ValueError(f"{op}: argument '{name}' expected leading axes that collapse "
+                             f"to one row stride, got shape {x.shape} strides {x.strides} "
+                             f"(make it contiguous first)")
+    if n > _INT32_MAX:
+        raise ValueError(f"{op}: argument '{name}' expected a last axis of at most "
+                         f"{_INT32_MAX} elements, got {n}")
+    return x._view((rows, n), (row_stride, x.itemsize))
+
+
+def flat_view(x):
+    """A C-contiguous array as one [1, size] row (elementwise ops: one long row)."""
+    return x._view((1, x.size), (x.size * x.itemsize, x.itemsize))
+
+
+def round_up(value, multiple):
+    return -(-value // multiple) * multiple
+
+
+# -- launch configuration for one-row-per-block kernels ----------------------------------
+
+MAX_THREADS = 1024
+# Threads per block once the row is long enough to give each a few vectors: 256 keeps
+# 2-4 loads of 16 bytes in flight per thread on the [16384, 8192] rows (see perf log).
+PREFERRED_THREADS = 256
+# Threads of the wide-row (re-reading) kernels; 512 lets two blocks share an SM.
+WIDE_THREADS = 512
+# Dynamic shared memory of a wide-row block: the first part of its row is kept there for
+# the second pass. 96 KiB is under the opt-in limit of sm_80 (163), sm_89 (99), sm_90 (227).
+WIDE_CACHE_BYTES = 96 * 1024
+
+
+def _rows_aligned(a):
+    return a.ptr % VEC_BYTES == 0 and (a.shape[0] == 1 or a.strides[0] % VEC_BYTES == 0)
+
+
+def row_plan(codec, x2, *others):
+    """(threads, cache_vecs, shared bytes) for a one-row-per-block kernel over the
+    [rows, n] view ``x2``. The register path (cache_vecs = -1) needs every row of ``x2``
+    and of ``others`` (out, weight...) 16-byte aligned, n a multiple of VEC, and the row to
+    fit in ``codec.reg_vecs`` words4 per thread; anything else streams (module doc)."""
+    n = x2.shape[1]
+    vec = codec.vec
+    nv = -(-n // vec)
+    per_thread = codec.reg_vecs
+    if n % vec == 0 and nv <= per_thread * MAX_THREADS and _rows_aligned(x2) and all(
+            _rows_aligned(a) for a in others):
+        return round_up(max(-(-nv // per_thread), min(nv, PREFERRED_THREADS)), 32), -1, 0
+    nv += 1  # a misaligned row has a partial words4 at each end
+    cache_vecs = min(nv, WIDE_CACHE_BYTES // VEC_BYTES)
+    return min(round_up(nv, 32), WIDE_THREADS), cache_vecs, cache_vecs * VEC_BYTES
+
+
+# -- launch configuration for elementwise (grid-stride) kernels ---------------------------
+
+# Elementwise kernels: 256 threads × 4 words4 per step; the grid covers the H100 (132 SMs ×
+# 16 blocks) and strides over the rest, blockIdx.y walking rows of a strided view.
+MAP_THREADS = 256
+MAP_UNROLL = 4
+MAP_BLOCKS_PER_SM = 16
+
+
+def map_plan(codec, x2, *others):
+    """(grid, aligned) for an elementwise kernel over [rows, n] views: ``aligned`` (1) when
+    every row of every array starts 16-byte aligned and n is a multiple of VEC, so the
+    kernel can skip the per-words4 edge checks."""
+    from .._device import multiprocessor_count
+
+    rows, n = x2.shape
+    vec = codec.vec
+    aligned = n % vec == 0 and _rows_aligned(x2) and all(_rows_aligned(a) for a in others)
+    nv = -(-n // vec) + (0 if aligned else 1)
+    blocks = multiprocessor_count() * MAP_BLOCKS_PER_SM
+    gy = min(rows, 65535, blocks)
+    gx = max(1, min(-(-nv // (MAP_THREADS * MAP_UNROLL)), blocks // gy))
+    return (gx, gy), int(aligned)
+
+
+def elementwise_views(op, **arrays):
+    """[rows, n] views of same-shape arrays, in argument order: one long row each when all
+    are C-contiguous (no per-row work), else the rows of :func:`rows_view`."""
+    if all(a.is_c_contiguous for a in arrays.values()):
+        return [flat_view(a) for a in arrays.values()]
+    return [rows_view(op, name, a) for name, a in arrays.items()]

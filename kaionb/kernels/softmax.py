@@ -1,0 +1,188 @@
+"""Numerically stable softmax over the last axis.
+
+    y_i = exp(x_i − m) / Σ_j exp(x_j − m),   m = max_j x_j
+
+Exponentials are ``ex2.approx`` of (x − m)·log2(e) (~2 ulp), in float32. Rows too wide for
+registers use the online form (Milakov & Gimelshein 2018, https://arxiv.org/abs/1805.02867):
+each thread keeps a running maximum m and a sum s rescaled by exp(m_old − m_new) whenever
+the maximum grows, and the block merges the (m, s) pairs.
+
+A row of all −inf has no maximum to subtract: (−inf) − (−inf) is NaN and the whole row
+comes out NaN, as torch.softmax gives.
+
+Same layout and paths as :mod:`kaionb.kernels.norms`: one block per row, rows of up to
+32768 aligned elements held in registers (one pass over HBM), wider or misaligned rows
+streamed twice with the first 96 KiB of the row parked in shared memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float32, int32, int64, uint32
+
+from ..array import empty
+from ..ptx_patches import (
+    ex2_approx_f32,
+    global_addr,
+    ld_global_nc_v4_u32,
+    ld_shared_v4_u32,
+    rcp_approx_f32,
+    shared_addr,
+    st_global_v4_u32,
+    st_shared_v4_u32,
+)
+from ..validation import as_array, check_contiguous, check_ndim, check_out
+from .helpers import block_max, block_sum
+from .launch import kernel
+from .rowwise import (
+    CODECS,
+    FLOAT_DTYPES,
+    MAX_THREADS,
+    NEG_INF_BITS,
+    WIDE_CACHE_BYTES,
+    row_plan,
+    rows_view,
+)
+
+LOG2E = 1.4426950408889634
+
+
+def _make_softmax_kernel(codec, name):
+    """One block per row; ``cache_vecs < 0`` selects the register path (see norms)."""
+    VEC = codec.vec
+    S = codec.storage
+    load, store, head_of, unpack, pack = (codec.load, codec.store, codec.head, codec.unpack,
+                                         codec.pack)
+    NEG_INF = NEG_INF_BITS[codec.dtype]
+    REG_VECS = codec.reg_vecs
+    RAW = 4 * REG_VECS
+    U = 4  # words4 loads in flight per thread per streaming step
+
+    @kernel([f"void({S}[:, :], {S}[:, :], int32, int32)"], name=name,
+            max_dynamic_shared_bytes=WIDE_CACHE_BYTES, launch_bounds=MAX_THREADS)
+    def _softmax_fwd_kernel(x, out, n, cache_vecs):
+        scratch = cuda.shared.array(32, float32)
+        cache = cuda.shared.array(0, uint32)
+        raw = cuda.local.array(RAW, uint32)
+        f = cuda.local.array(VEC, float32)
+        r = int32(cuda.blockIdx.x)
+        t = int32(cuda.threadIdx.x)
+        T = int32(cuda.blockDim.x)
+        L = float32(LOG2E)
+        neg_inf = float32(-np.inf)
+        if cache_vecs < 0:
+            nv = n // VEC
+            m = neg_inf
+            for k in range(REG_VECS):
+                v = t + k * T
+                words = (uint32(NEG_INF), uint32(NEG_INF), uint32(NEG_INF), uint32(NEG_INF))
+                if v < nv:
+                    words = ld_global_nc_v4_u32(global_addr(x, (int64(r), int64(v * VEC))))
+                for i in range(4):
+                    raw[4 * k + i] = words[i]
+                unpack(words, f, 0)
+                for j in range(VEC):
+                    m = max(m, f[j])
+            m = block_max(m, scratch)
+            ml = m * L
+            s = float32(0.0)
+            for k in range(REG_VECS):
+                if t + k * T < nv:
+                    unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
+                    for j in range(VEC):
+                        s += ex2_approx_f32(f[j] * L - ml)
+            inv = rcp_approx_f32(block_sum(s, scratch))
+            for k in range(REG_VECS):
+                v = t + k * T
+                if v < nv:
+                    unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
+                    for j in range(VEC):
+                        f[j] = ex2_approx_f32(f[j] * L - ml) * inv
+                    st_global_v4_u32(global_addr(out, (int64(r), int64(v * VEC))), pack(f, 0))
+            return
+        head = head_of(x, r)
+        nv = (head + n + VEC - 1) // VEC
+        # Online pass: masked elements read as −inf and add exp(−inf) = 0.
+        m = neg_inf
+        s = float32(0.0)
+        for v0 in range(t, nv, U * T):
+            for u in range(U):
+                v = v0 + u * T
+                if v < nv:
+                    words = load(x, r, v * VEC - head, n, NEG_INF)
+                    for i in range(4):
+                        raw[4 * u + i] = words[i]
+            for u in range(U):
+                v = v0 + u * T
+                if v < nv:
+                    words = (raw[4 * u], raw[4 * u + 1], raw[4 * u + 2], raw[4 * u + 3])
+                    if v < cache_vecs:
+                        st_shared_v4_u32(shared_addr(cache, 4 * v), words)
+                    unpack(words, f, 0)
+                    new_m = m
+                    for j in range(VEC):
+                        new_m = max(new_m, f[j])
+                    if new_m != neg_inf:
+                        ml = new_m * L
+                        s *= ex2_approx_f32(m * L - ml)
+                        for j in range(VEC):
+                            s += ex2_approx_f32(f[j] * L - ml)
+                        m = new_m
+        row_m = block_max(m, scratch)
+        ml = row_m * L
+        s = s * ex2_approx_f32(m * L - ml) if m != neg_inf else float32(0.0)
+        inv = rcp_approx_f32(block_sum(s, scratch))
+        for v in range(t, nv, T):
+            e0 = v * VEC - head
+            if v < cache_vecs:
+                words = ld_shared_v4_u32(shared_addr(cache, 4 * v))
+            else:
+                words = load(x, r, e0, n, NEG_INF)
+            unpack(words, f, 0)
+            for j in range(VEC):
+                f[j] = ex2_approx_f32(f[j] * L - ml) * inv
+            store(out, r, e0, n, pack(f, 0))
+
+    return _softmax_fwd_kernel
+
+
+_KERNELS = {dt: _make_softmax_kernel(codec, f"_softmax_fwd_kernel_{dt.name}")
+            for dt, codec in CODECS.items()}
+
+
+def softmax_fwd(x, axis=-1, *, out=None):
+    """Validate, then launch; returns ``out``."""
+    op = "softmax"
+    x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
+    check_ndim(op, "x", x, (1, None))
+    if axis not in (-1, x.ndim - 1):
+        raise ValueError(f"{op}: argument 'axis' expected -1 (the last axis; move the axis "
+                         f"last first), got {axis}")
+    check_contiguous(op, "x", x, last_axis_only=True)
+    out = empty(x.shape, x.dtype) if out is None else check_out(op, out, x.shape, x.dtype)
+    check_contiguous(op, "out", out, last_axis_only=True)
+    if x.size == 0:
+        return out
+    x2 = rows_view(op, "x", x)
+    out2 = rows_view(op, "out", out)
+    threads, cache_vecs, smem = row_plan(CODECS[x.dtype], x2, out2)
+    _KERNELS[x.dtype][0]((x2.shape[0],), (threads,), (x2, out2, x2.shape[1], cache_vecs),
+                         shared_mem=smem)
+    return out
+
+
+def softmax_ref(x, axis=-1):
+    """float64 NumPy reference; an all −inf row gives NaN (as torch.softmax)."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax(x, axis=-1, *, out=None):
+    """Softmax over the last axis (``axis`` must name it), float32 arithmetic.
+
+    x: float32/float16/bfloat16, any leading shape, last axis contiguous. A row of all
+    −inf gives a row of NaN, as torch.softmax does.
+    """
+    return softmax_fwd(x, axis, out=out)

@@ -1,0 +1,97 @@
+"""quantize_int8 / dequantize_int8: bad input refused before launch (CPU); on a GPU every
+shape, dtype and axis against float64 NumPy with poisoned outputs."""
+
+import numpy as np
+import pytest
+
+import kaionb
+from kaionb.array import DeviceArray, bfloat16
+from kaionb.kernels.quantize import (
+    dequantize_int8,
+    dequantize_int8_ref,
+    quantize_int8,
+    quantize_int8_ref,
+)
+from kaionb.testing import assert_close, poisoned, random_array
+
+gpu = pytest.mark.gpu
+DTYPES = [np.float32, np.float16, bfloat16]
+WIDTHS = [1, 7, 33, 1000, 4096, 8191, 65537, 262144]
+ROWS = [1, 3, 16384]
+MAX_ELEMENTS = 1 << 23  # float64 references stay small (16384-row cases: widths ≤ 33)
+CASES = [(r, n) for r in ROWS for n in WIDTHS if r * n <= MAX_ELEMENTS]
+# q = rint(x · 127/max) in float32 vs x / (max/127) in float64: a value within rounding
+# of a .5 tie may land one step away. Allowed: |Δq| ≤ 1 on at most 0.1% of elements.
+MAX_OFF_BY_ONE = 1e-3
+
+
+def fake(shape, dtype=np.float32):
+    dt = np.dtype(dtype)
+    strides = tuple(int(s) for s in np.empty(shape, dt).strides)
+    return DeviceArray(tuple(shape), dt, strides, 0x7F0000000000, None)
+
+
+def test_integer_input_refused():
+    with pytest.raises(TypeError, match="quantize_int8: argument 'x' expected dtype"):
+        quantize_int8(fake((4, 8), np.int32))
+
+
+def test_unsupported_axis():
+    with pytest.raises(ValueError, match="quantize_int8: argument 'axis' expected None"):
+        quantize_int8(fake((2, 4, 8)), axis=1)
+
+
+@pytest.mark.parametrize("axis,scale_shape", [(None, (4,)), (0, (8,)), (-1, (4,)), (0, (4, 1))])
+def test_wrong_scale_shape(axis, scale_shape):
+    with pytest.raises(ValueError, match="dequantize_int8: argument 'scale' expected shape"):
+        dequantize_int8(fake((4, 8), np.int8), fake(scale_shape), axis=axis)
+
+
+def test_dequantize_dtypes():
+    with pytest.raises(TypeError, match="argument 'q' expected dtype int8"):
+        dequantize_int8(fake((4, 8), np.float32), fake(()))
+    with pytest.raises(TypeError, match="argument 'scale' expected dtype float32"):
+        dequantize_int8(fake((4, 8), np.int8), fake((), np.float16))
+    with pytest.raises(TypeError, match="argument 'dtype' expected float32"):
+        dequantize_int8(fake((4, 8), np.int8), fake(()), dtype=np.int32)
+
+
+def check_q(q, ref_q):
+    q = q.get().astype(np.int32)
+    diff = np.abs(q - ref_q.astype(np.int32))
+    assert diff.max(initial=0) <= 1, f"max |Δq| {diff.max()}"
+    assert np.count_nonzero(diff) <= max(1, MAX_OFF_BY_ONE * q.size), np.count_nonzero(diff)
+
+
+@gpu
+@pytest.mark.parametrize("axis", [None, 0, -1])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("rows,n", CASES)
+def test_quantize_roundtrip(axis, dtype, rows, n):
+    x = random_array((rows, n), dtype, rng=np.random.default_rng(rows * 23 + n), scale=2.0)
+    ref_q, ref_s = quantize_int8_ref(x, axis)
+    q = poisoned(x.shape, np.int8)
+    s = poisoned(ref_s.shape, np.float32)
+    got_q, got_s = quantize_int8(kaionb.asarray(x), axis, out=(q, s))
+    assert got_q is q and got_s is s
+    assert_close(s, ref_s, dtype=np.float32, tol=1e-6)
+    check_q(q, ref_q)
+    out = poisoned(x.shape, dtype)
+    dequantize_int8(q, s, axis, dtype, out=out)
+    assert_close(out, dequantize_int8_ref(q.get(), s.get(), axis), dtype=dtype)
+
+
+@gpu
+def test_zero_rows_and_strided():
+    x = random_array((6, 300), np.float32, rng=np.random.default_rng(2))
+    x[2] = 0.0
+    q, s = quantize_int8(kaionb.asarray(x), axis=0)
+    assert s.get()[2] == 0 and (q.get()[2] == 0).all()
+    check_q(q, quantize_int8_ref(x, 0)[0])
+    view = kaionb.asarray(x)[::2, 3:]
+    q, s = quantize_int8(view, axis=-1)
+    ref_q, ref_s = quantize_int8_ref(x[::2, 3:], -1)
+    assert_close(s, ref_s, dtype=np.float32, tol=1e-6)
+    check_q(q, ref_q)
+    q, s = quantize_int8(kaionb.asarray(x.reshape(2, 3, 300)))
+    assert s.shape == () and q.shape == (2, 3, 300)
