@@ -79,7 +79,7 @@ from .launch import kernel
 # small: 64×64, 4 warps of 32×32, for grids that 128×128 tiles leave under one wave and
 #   for the split-K decode shapes.
 TILES = {
-    "large": (128, 128, 32, 2, 4, 4),
+    "large": (128, 128, 64, 2, 4, 3),
     "small": (64, 64, 32, 2, 2, 4),
 }
 # The large tile pays once it fills the GPU: below one block per SM, 64×64 tiles win.
@@ -113,20 +113,40 @@ def _chunk_coords(q, COLS):
 
 
 @device_function
-def _cp_async_tile(smem, off, src, ld, row0, col0, rows_lim, cols_lim, tid,
-                   ROWS, COLS, THREADS):
-    """cp.async ``src[row0:+ROWS, col0:+COLS]`` (storage rows of ``ld`` elements) into the
-    swizzled tile at ``smem[off:]``; chunks past (rows_lim, cols_lim) are zero-filled."""
+def _cp_async_plan(src, ld, mn0, k_begin, mn_lim, tid, KMAJOR, ROWS, COLS):
+    """This thread's first 16-byte chunk of an operand tile, computed once per block:
+    (global address at k-tile 0, element index in a stage, its k within the tile, its
+    M/N coordinate, its bytes inside M/N (MN-major tiles; 16 for K-major)). The thread's
+    other chunks lie RSTEP storage rows further each (see :func:`_cp_async_issue`)."""
+    r, c = _chunk_coords(tid, COLS)
     base = global_addr(src, (0, 0))
-    for i in range(ROWS * COLS // 8 // THREADS):
-        r, c = _chunk_coords(tid + i * THREADS, COLS)
-        gr, gc = row0 + r, col0 + c
-        nbytes = int32(0)
-        addr = base  # a zero-byte copy still needs a valid source address
-        if gr < rows_lim and gc < cols_lim:
-            nbytes = min(int32(8), cols_lim - gc) * 2
-            addr = base + uint64((int64(gr) * ld + gc) * 2)
-        cp_async_cg_16(shared_addr(smem, off + _tile_index(r, c, ROWS, COLS)), addr, nbytes)
+    s0 = int32(_tile_index(r, c, ROWS, COLS))
+    if KMAJOR:
+        g0 = base + uint64((int64(mn0 + r) * ld + k_begin + c) * 2)
+        return g0, s0, int32(c), int32(mn0 + r), int32(16)
+    g0 = base + uint64((int64(k_begin + r) * ld + mn0 + c) * 2)
+    mn_bytes = int32(max(0, min(8, mn_lim - (mn0 + c))) * 2)
+    return g0, s0, int32(r), int32(mn0 + c), mn_bytes
+
+
+@device_function
+def _cp_async_issue(s_addr, g, base, row_step_bytes, k_tile, kc, k_end, mn, mn_lim, mn_bytes,
+                    KMAJOR, CHUNKS, RSTEP, S_STEP_BYTES):
+    """cp.async this thread's CHUNKS chunks of one tile: chunk i at shared address
+    ``s_addr + i·S_STEP_BYTES`` from global ``g + i·row_step_bytes``; chunks past K or M/N
+    are zero-filled (partial chunks at the K edge copy the bytes that exist)."""
+    for i in range(CHUNKS):
+        if KMAJOR:
+            k = k_tile + kc
+            ok = mn + i * RSTEP < mn_lim and k < k_end
+            nbytes = min(16, (k_end - k) * 2)
+        else:
+            k = k_tile + kc + i * RSTEP
+            ok = k < k_end and mn_bytes > 0
+            nbytes = mn_bytes
+        # A zero-byte copy still needs a valid source address: the matrix's first element.
+        src = g + uint64(i) * row_step_bytes if ok else base
+        cp_async_cg_16(s_addr + i * S_STEP_BYTES, src, nbytes if ok else 0)
 
 
 @device_function
@@ -217,6 +237,12 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
     A_ELEMS, B_ELEMS = BM * BK, BN * BK
     A_CHUNKS, B_CHUNKS = A_ELEMS // 8 // THREADS, B_ELEMS // 8 // THREADS
     B_BASE = NBUF * A_ELEMS  # B's ring follows A's in the dynamic shared array
+    A_STAGE_BYTES, B_STAGE_BYTES = A_ELEMS * 2, B_ELEMS * 2
+    # A thread's loader chunks are RSTEP storage rows apart: a multiple of the swizzle's
+    # period (8 lines of 128 B), so each is chunk 0's shared address plus S_STEP bytes.
+    A_RSTEP, B_RSTEP = THREADS // (A_COLS // 8), THREADS // (B_COLS // 8)
+    A_S_STEP = A_RSTEP * min(A_COLS, 64) * 2
+    B_S_STEP = B_RSTEP * min(B_COLS, 64) * 2
     CS = BN + 8  # row stride of the f32 C tile the epilogue stages in shared memory
     SHARED_BYTES = max(NBUF * (A_ELEMS + B_ELEMS) * 2, BM * CS * 4)
     mma = mma_m16n8k16_f32_f16 if dtype == "f16" else mma_m16n8k16_f32_bf16
@@ -286,16 +312,28 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
         b_step_c = BK if b_kmajor else 0
 
         if ASYNC:
+            a_base = global_addr(a, (0, 0))
+            b_base = global_addr(b, (0, 0))
+            a_g0, a_s0, a_kc, a_mn, a_mnb = _cp_async_plan(a, lda, m0, k_begin, M, tid,
+                                                           a_kmajor, A_ROWS, A_COLS)
+            b_g0, b_s0, b_kc, b_mn, b_mnb = _cp_async_plan(b, ldb, n0, k_begin, N, tid,
+                                                           b_kmajor, B_ROWS, B_COLS)
+            a_kstep = uint64(BK * 2) if a_kmajor else uint64(int64(BK) * lda * 2)
+            b_kstep = uint64(BK * 2) if b_kmajor else uint64(int64(BK) * ldb * 2)
+            a_rstep = uint64(int64(A_RSTEP) * lda * 2)
+            b_rstep = uint64(int64(B_RSTEP) * ldb * 2)
+            a_sbase = shared_addr(smem, a_s0)
+            b_sbase = shared_addr(smem, B_BASE + b_s0)
             # Prologue: STAGES-1 tiles in flight (one commit group each, empty past the end,
             # so wait_group's count stays exact).
             for s in range(STAGES - 1):
                 if s < n_ktiles:
-                    _cp_async_tile(smem, s * A_ELEMS, a, lda, a_row0 + s * a_step_r,
-                                   a_col0 + s * a_step_c, a_rows_lim, a_cols_lim, tid,
-                                   A_ROWS, A_COLS, THREADS)
-                    _cp_async_tile(smem, B_BASE + s * B_ELEMS, b, ldb,
-                                   b_row0 + s * b_step_r, b_col0 + s * b_step_c,
-                                   b_rows_lim, b_cols_lim, tid, B_ROWS, B_COLS, THREADS)
+                    _cp_async_issue(a_sbase + s * A_STAGE_BYTES, a_g0 + uint64(s) * a_kstep,
+                                    a_base, a_rstep, k_begin + s * BK, a_kc, k_end, a_mn, M,
+                                    a_mnb, a_kmajor, A_CHUNKS, A_RSTEP, A_S_STEP)
+                    _cp_async_issue(b_sbase + s * B_STAGE_BYTES, b_g0 + uint64(s) * b_kstep,
+                                    b_base, b_rstep, k_begin + s * BK, b_kc, k_end, b_mn, N,
+                                    b_mnb, b_kmajor, B_CHUNKS, B_RSTEP, B_S_STEP)
                 cp_async_commit_group()
         else:
             for i in range(A_CHUNKS):
@@ -320,12 +358,12 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
                 nxt = kt + STAGES - 1
                 if nxt < n_ktiles:
                     ns = nxt % STAGES
-                    _cp_async_tile(smem, ns * A_ELEMS, a, lda, a_row0 + nxt * a_step_r,
-                                   a_col0 + nxt * a_step_c, a_rows_lim, a_cols_lim, tid,
-                                   A_ROWS, A_COLS, THREADS)
-                    _cp_async_tile(smem, B_BASE + ns * B_ELEMS, b, ldb,
-                                   b_row0 + nxt * b_step_r, b_col0 + nxt * b_step_c,
-                                   b_rows_lim, b_cols_lim, tid, B_ROWS, B_COLS, THREADS)
+                    _cp_async_issue(a_sbase + ns * A_STAGE_BYTES, a_g0 + uint64(nxt) * a_kstep,
+                                    a_base, a_rstep, k_begin + nxt * BK, a_kc, k_end, a_mn, M,
+                                    a_mnb, a_kmajor, A_CHUNKS, A_RSTEP, A_S_STEP)
+                    _cp_async_issue(b_sbase + ns * B_STAGE_BYTES, b_g0 + uint64(nxt) * b_kstep,
+                                    b_base, b_rstep, k_begin + nxt * BK, b_kc, k_end, b_mn, N,
+                                    b_mnb, b_kmajor, B_CHUNKS, B_RSTEP, B_S_STEP)
                 cp_async_commit_group()
             else:
                 # Next tile's global loads are in flight while this one computes.
