@@ -92,7 +92,7 @@ def cases(shape, dtype):
         ("quantize_int8 row", lambda: quantize_int8(kx, 0, out=(kq, ks)),
          lambda: torch.clamp(torch.round(x / (x.abs().amax(-1, keepdim=True) / 127)),
                              -127, 127).to(torch.int8), nb + x.numel()),
-        ("dequantize_int8 row", lambda: dequantize_int8(kq, ks, 0, x.dtype, out=ko),
+        ("dequantize_int8 row", lambda: dequantize_int8(kq, ks, 0, ko.dtype, out=ko),
          lambda: (q.to(tdt) * s[:, None].to(tdt)), nb + x.numel()),
     ]
 

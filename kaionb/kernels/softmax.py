@@ -2,7 +2,9 @@
 
     y_i = exp(x_i − m) / Σ_j exp(x_j − m),   m = max_j x_j
 
-Exponentials are ``ex2.approx`` of (x − m)·log2(e) (~2 ulp), in float32. Rows too wide for
+Exponentials are ``ex2.approx`` of (x − m)·log2(e) (~2 ulp), in float32; subtracting
+first keeps the argument exact near the maximum (x·log2(e) − m·log2(e) would be fused
+into an fma whose rounding residual, ~1e-3 at logits of 1e4, lands in every output). Rows too wide for
 registers use the online form (Milakov & Gimelshein 2018, https://arxiv.org/abs/1805.02867):
 each thread keeps a running maximum m and a sum s rescaled by exp(m_old − m_new) whenever
 the maximum grows, and the block merges the (m, s) pairs.
@@ -84,20 +86,19 @@ def _make_softmax_kernel(codec, name):
                 for j in range(VEC):
                     m = max(m, f[j])
             m = block_max(m, scratch)
-            ml = m * L
             s = float32(0.0)
             for k in range(REG_VECS):
                 if t + k * T < nv:
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                     for j in range(VEC):
-                        s += ex2_approx_f32(f[j] * L - ml)
+                        s += ex2_approx_f32((f[j] - m) * L)
             inv = rcp_approx_f32(block_sum(s, scratch))
             for k in range(REG_VECS):
                 v = t + k * T
                 if v < nv:
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                     for j in range(VEC):
-                        f[j] = ex2_approx_f32(f[j] * L - ml) * inv
+                        f[j] = ex2_approx_f32((f[j] - m) * L) * inv
                     st_global_v4_u32(global_addr(out, (int64(r), int64(v * VEC))), pack(f, 0))
             return
         head = head_of(x, r)
@@ -123,14 +124,12 @@ def _make_softmax_kernel(codec, name):
                     for j in range(VEC):
                         new_m = max(new_m, f[j])
                     if new_m != neg_inf:
-                        ml = new_m * L
-                        s *= ex2_approx_f32(m * L - ml)
+                        s *= ex2_approx_f32((m - new_m) * L)
                         for j in range(VEC):
-                            s += ex2_approx_f32(f[j] * L - ml)
+                            s += ex2_approx_f32((f[j] - new_m) * L)
                         m = new_m
         row_m = block_max(m, scratch)
-        ml = row_m * L
-        s = s * ex2_approx_f32(m * L - ml) if m != neg_inf else float32(0.0)
+        s = s * ex2_approx_f32((m - row_m) * L) if m != neg_inf else float32(0.0)
         inv = rcp_approx_f32(block_sum(s, scratch))
         for v in range(t, nv, T):
             e0 = v * VEC - head
@@ -140,7 +139,7 @@ def _make_softmax_kernel(codec, name):
                 words = load(x, r, e0, n, NEG_INF)
             unpack(words, f, 0)
             for j in range(VEC):
-                f[j] = ex2_approx_f32(f[j] * L - ml) * inv
+                f[j] = ex2_approx_f32((f[j] - row_m) * L) * inv
             store(out, r, e0, n, pack(f, 0))
 
     return _softmax_fwd_kernel
