@@ -1,0 +1,74 @@
+"""asv: tensor-core matmul (kaionb.matmul, mma.sync) against cuBLAS (torch.matmul) at the
+same dtype, f32 accumulation, output in the input dtype."""
+
+import numpy as np
+
+
+class TimeMatmul:
+    params = (["f16", "bf16"], ["1024", "4096", "8192", "decode1", "decode16", "decode128"])
+    param_names = ["dtype", "shape"]
+    timeout = 300
+
+    SHAPES = {"1024": (1024, 1024, 1024), "4096": (4096, 4096, 4096),
+              "8192": (8192, 8192, 8192), "decode1": (1, 4096, 4096),
+              "decode16": (16, 4096, 4096), "decode128": (128, 4096, 4096)}
+
+    def setup(self, dtype, shape):
+        import kaionb
+        import torch
+        from kaionb.kernels import matmul as mm
+
+        if not kaionb.gpu_available():
+            raise NotImplementedError("no CUDA GPU")
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+        self.out_dtype = np.float16 if dtype == "f16" else kaionb.bfloat16
+        m, n, k = self.SHAPES[shape]
+        self.flops = 2.0 * m * n * k
+        self.torch = torch
+        self.a = torch.randn(m, k, device="cuda", dtype=tdt)
+        self.b = torch.randn(k, n, device="cuda", dtype=tdt)
+        self.ka, self.kb = kaionb.asarray(self.a), kaionb.asarray(self.b)
+        self.mm = mm
+        for _ in range(3):  # compile, load, warm up
+            self._kaionb()
+            self._cublas()
+        torch.cuda.synchronize()
+
+    def _kaionb(self):
+        return self.mm.matmul(self.ka, self.kb, out_dtype=self.out_dtype)
+
+    def _cublas(self):
+        return self.torch.matmul(self.a, self.b)
+
+    def _ms(self, fn, reps=20):
+        torch = self.torch
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples = []
+        for _ in range(7):
+            start.record()
+            for _ in range(reps):
+                fn()
+            stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop) / reps)
+        return float(np.median(samples))
+
+    def time_kaionb(self, dtype, shape):
+        self._kaionb()
+        self.torch.cuda.synchronize()
+
+    def time_cublas(self, dtype, shape):
+        self._cublas()
+        self.torch.cuda.synchronize()
+
+    def track_tflops(self, dtype, shape):
+        return self.flops / self._ms(self._kaionb) / 1e9
+
+    track_tflops.unit = "TFLOP/s"
+
+    def track_ratio_to_cublas(self, dtype, shape):
+        return self._ms(self._cublas) / self._ms(self._kaionb)
+
+    track_ratio_to_cublas.unit = "ratio"
