@@ -74,8 +74,9 @@ from .launch import kernel
 # -- tuning constants ------------------------------------------------------------------------
 
 # Tile classes: (BM, BN, BK, WARPS_M, WARPS_N, STAGES).
-# large: 128×128 per block, 8 warps of 64×32 (16 mmas per 6 ldmatrix.x4 per k16), 4 stages
-#   of 16 KB — the CUTLASS sm80 default; 2 blocks fit an SM (128 KB of 228 KB).
+# large: 128×128×64 per block, 8 warps of 64×32 (16 mmas per 6 ldmatrix.x4 per k16), 3 stages
+#   of 32 KB; 2 blocks fit an SM (192 KB of 228 KB). BK 64 over 32 (4 stages): 234 -> 265
+#   TFLOP/s at 4096³ on the H100 (half the barriers per mma; docs/perf-log-matmul.md).
 # small: 64×64, 4 warps of 32×32, for grids that 128×128 tiles leave under one wave and
 #   for the split-K decode shapes.
 TILES = {
