@@ -15,7 +15,18 @@ from .array import (
     zeros,
     zeros_like,
 )
-from . import random
+from .kernels.activations import fused_silu_gate, gelu
+from .kernels.matmul import (
+    matmul,
+    matmul_tc,
+    matmul_tc_async,
+    matmul_tc_bf16,
+    matmul_tc_bf16_async,
+)
+from .kernels.norms import layer_norm, rms_norm
+from .kernels.quantize import dequantize_int8, quantize_int8
+from .kernels.softmax import softmax
+from . import grad, random
 
 __version__ = "0.1.0"
 
@@ -25,12 +36,25 @@ __all__ = [
     "asarray",
     "bfloat16",
     "current_stream",
+    "dequantize_int8",
     "empty",
     "empty_like",
     "from_dlpack",
     "full",
+    "fused_silu_gate",
+    "gelu",
     "gpu_available",
+    "grad",
+    "layer_norm",
+    "matmul",
+    "matmul_tc",
+    "matmul_tc_async",
+    "matmul_tc_bf16",
+    "matmul_tc_bf16_async",
+    "quantize_int8",
     "random",
+    "rms_norm",
+    "softmax",
     "stream",
     "zeros",
     "zeros_like",

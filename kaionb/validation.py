@@ -17,14 +17,15 @@ import numpy as np
 from .array import DeviceArray, asarray, normalize_dtype
 
 
-def _fail(exc_type, op: str, name: str, expected: str, got) -> None:
+def fail(exc_type, op: str, name: str, expected: str, got) -> None:
+    """Raise ``exc_type`` in the one message format (for checks with no function here)."""
     raise exc_type(f"{op}: argument '{name}' expected {expected}, got {got}")
 
 
 def as_array(op: str, name: str, x, *, dtypes: Iterable | None = None) -> DeviceArray:
     """``x`` as a DeviceArray (zero-copy for GPU memory, a copy for NumPy input)."""
     if x is None:
-        _fail(TypeError, op, name, "an array", "None")
+        fail(TypeError, op, name, "an array", "None")
     try:
         arr = asarray(x)
     except (TypeError, ValueError) as exc:
@@ -37,7 +38,7 @@ def as_array(op: str, name: str, x, *, dtypes: Iterable | None = None) -> Device
 def check_dtype(op: str, name: str, x: DeviceArray, dtypes: Iterable) -> None:
     allowed = tuple(normalize_dtype(d, op) for d in dtypes)
     if x.dtype not in allowed:
-        _fail(TypeError, op, name, "dtype " + " or ".join(str(d) for d in allowed), x.dtype)
+        fail(TypeError, op, name, "dtype " + " or ".join(str(d) for d in allowed), x.dtype)
 
 
 def check_same_dtype(op: str, **arrays: DeviceArray) -> None:
@@ -45,19 +46,19 @@ def check_same_dtype(op: str, **arrays: DeviceArray) -> None:
     first_name, first = items[0]
     for n, a in items[1:]:
         if a.dtype != first.dtype:
-            _fail(TypeError, op, n, f"the dtype of '{first_name}' ({first.dtype})", a.dtype)
+            fail(TypeError, op, n, f"the dtype of '{first_name}' ({first.dtype})", a.dtype)
 
 
 def check_ndim(op: str, name: str, x: DeviceArray, ndim: int | tuple[int, int]) -> None:
     lo, hi = (ndim, ndim) if isinstance(ndim, int) else ndim
     if not lo <= x.ndim <= (hi if hi is not None else x.ndim):
         want = f"{lo}" if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
-        _fail(ValueError, op, name, f"{want} dimensions", f"{x.ndim} (shape {x.shape})")
+        fail(ValueError, op, name, f"{want} dimensions", f"{x.ndim} (shape {x.shape})")
 
 
 def check_shape(op: str, name: str, x: DeviceArray, shape: tuple) -> None:
     if tuple(x.shape) != tuple(shape):
-        _fail(ValueError, op, name, f"shape {tuple(shape)}", tuple(x.shape))
+        fail(ValueError, op, name, f"shape {tuple(shape)}", tuple(x.shape))
 
 
 def check_same_device(op: str, **arrays: DeviceArray) -> None:
@@ -65,7 +66,7 @@ def check_same_device(op: str, **arrays: DeviceArray) -> None:
     first_name, first = items[0]
     for n, a in items[1:]:
         if a.device_id != first.device_id:
-            _fail(ValueError, op, n, f"device {first.device_id} (where '{first_name}' is)",
+            fail(ValueError, op, n, f"device {first.device_id} (where '{first_name}' is)",
                   f"device {a.device_id}")
 
 
@@ -73,10 +74,10 @@ def check_contiguous(op: str, name: str, x: DeviceArray, *, last_axis_only=False
     """C-contiguous, or (``last_axis_only``) unit stride along the last axis."""
     if last_axis_only:
         if x.ndim and x.shape[-1] > 1 and x.strides[-1] != x.itemsize:
-            _fail(ValueError, op, name, "a contiguous last axis (stride "
+            fail(ValueError, op, name, "a contiguous last axis (stride "
                   f"{x.itemsize} bytes)", f"strides {x.strides}")
     elif not x.is_c_contiguous:
-        _fail(ValueError, op, name, "a C-contiguous array", f"strides {x.strides} for shape "
+        fail(ValueError, op, name, "a C-contiguous array", f"strides {x.strides} for shape "
               f"{x.shape}")
 
 
@@ -84,24 +85,24 @@ def check_alignment(op: str, name: str, x: DeviceArray, nbytes: int) -> None:
     """Base pointer and every non-unit stride a multiple of ``nbytes`` (vector loads)."""
     bad_stride = [s for d, s in zip(x.shape[:-1], x.strides[:-1]) if d > 1 and s % nbytes]
     if x.ptr % nbytes or bad_stride:
-        _fail(ValueError, op, name, f"{nbytes}-byte aligned data and row strides",
+        fail(ValueError, op, name, f"{nbytes}-byte aligned data and row strides",
               f"pointer 0x{x.ptr:x}, strides {x.strides}")
 
 
 def check_positive(op: str, name: str, value: float) -> None:
     if not np.isfinite(value) or value <= 0:
-        _fail(ValueError, op, name, "a finite value > 0", value)
+        fail(ValueError, op, name, "a finite value > 0", value)
 
 
 def check_out(op: str, out, shape: tuple, dtype) -> DeviceArray:
     """``out=``: a DeviceArray of exactly this shape and dtype, written in place."""
     if isinstance(out, np.ndarray):
-        _fail(TypeError, op, "out", "device memory (a DeviceArray, CuPy or PyTorch CUDA array)",
+        fail(TypeError, op, "out", "device memory (a DeviceArray, CuPy or PyTorch CUDA array)",
               "a NumPy array (results would land in a temporary copy)")
     if not isinstance(out, DeviceArray):
         out = as_array(op, "out", out)
     dt = normalize_dtype(dtype, op)
     if out.dtype != dt:
-        _fail(TypeError, op, "out", f"dtype {dt}", out.dtype)
+        fail(TypeError, op, "out", f"dtype {dt}", out.dtype)
     check_shape(op, "out", out, shape)
     return out

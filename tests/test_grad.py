@@ -54,3 +54,35 @@ def test_gradcheck_catches_a_wrong_rule():
 
     with pytest.raises(AssertionError, match="gradcheck"):
         grad.gradcheck(wrong, [a])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, kaionb.bfloat16], ids=["f16", "bf16"])
+def test_matmul_backward_matches_finite_differences(dtype):
+    from kaionb.kernels.matmul import matmul
+
+    rng = np.random.default_rng()
+    a = kaionb.asarray(rng.standard_normal((17, 9)).astype(dtype))
+    b = kaionb.asarray(rng.standard_normal((9, 13)).astype(dtype))
+    a.requires_grad = b.requires_grad = True
+    assert grad.gradcheck(matmul, [a, b], eps=5e-2, rtol=3e-2, rng=rng) < 3e-2
+
+
+@pytest.mark.gpu
+def test_matmul_backward_is_the_transposed_products():
+    from kaionb.kernels.matmul import matmul
+
+    rng = np.random.default_rng()
+    a_h = rng.standard_normal((33, 70)).astype(np.float16)
+    b_h = rng.standard_normal((70, 21)).astype(np.float16)
+    g_h = rng.standard_normal((33, 21)).astype(np.float32)
+    a, b = kaionb.asarray(a_h), kaionb.asarray(b_h)
+    a.requires_grad = b.requires_grad = True
+    with grad.Tape() as tape:
+        c = a @ b
+    tape.backward(c, kaionb.asarray(g_h))
+    g16 = g_h.astype(np.float16).astype(np.float64)
+    from kaionb.testing import assert_close
+
+    assert_close(a.grad, g16 @ b_h.astype(np.float64).T, tol=1e-3, what="dA")
+    assert_close(b.grad, a_h.astype(np.float64).T @ g16, tol=1e-3, what="dB")

@@ -68,7 +68,9 @@ from ..validation import (
     check_ndim,
     check_out,
     check_same_device,
+    fail,
 )
+from ..grad import record
 from .launch import kernel
 
 # -- tuning constants ------------------------------------------------------------------------
@@ -502,10 +504,6 @@ _KERNELS = {
 _F32, _U16 = np.dtype(np.float32), np.dtype(np.uint16)
 
 
-def _fail(exc_type, op: str, name: str, expected: str, got):
-    # validation's message format, for checks it has no function for.
-    raise exc_type(f"{op}: argument '{name}' expected {expected}, got {got}")
-
 _DTYPE_KEY = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
 
 
@@ -518,7 +516,7 @@ def _storage(op: str, name: str, x: DeviceArray, k_axis: int):
     if cols == 1 or x.strides[1] == isz:
         ld = x.strides[0] // isz if rows > 1 else cols
         if rows > 1 and x.strides[0] % isz:
-            _fail(ValueError, op, name, "strides in whole elements", x.strides)
+            fail(ValueError, op, name, "strides in whole elements", x.strides)
         storage, kmajor = x._view((rows, cols), (max(ld, 1) * isz, isz)), k_axis == 1
     elif rows == 1 or x.strides[0] == isz:
         ld = x.strides[1] // isz
@@ -563,12 +561,12 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     check_same_device(op, a=a, b=b)
     (m, k), (kb, n) = a.shape, b.shape
     if kb != k:
-        _fail(ValueError, op, "b", f"{k} rows (a is {a.shape}: inner dimensions must match)",
+        fail(ValueError, op, "b", f"{k} rows (a is {a.shape}: inner dimensions must match)",
               f"shape {b.shape}")
     out_dtype = np.dtype(out_dtype if out_dtype is not None
                          else (out.dtype if out is not None else np.float32))
     if out_dtype not in _OUT_KIND:
-        _fail(TypeError, op, "out_dtype", "float32, float16 or bfloat16", out_dtype)
+        fail(TypeError, op, "out_dtype", "float32, float16 or bfloat16", out_dtype)
     if out is None:
         out = empty((m, n), out_dtype)
     else:
@@ -588,7 +586,7 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     if pipeline == "async" and not vec_ok:
         pipeline = "sync"
     if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
-        _fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
+        fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
 
     chosen_tile, n_splits, k_chunk = _choose(m, n, k, multiprocessor_count())
     tile = tile or chosen_tile
@@ -657,10 +655,27 @@ def matmul_tc_bf16_async(a, b, *, out=None, out_dtype=None) -> DeviceArray:
 def matmul(a, b, *, out=None, out_dtype=None) -> DeviceArray:
     """``a @ b``: float16 / bfloat16 inputs run the fastest tensor-core kernel for the shape
     (cp.async pipeline, tile class and split-K chosen per shape). Other dtypes raise
-    TypeError: convert with ``.astype(kaionb.bfloat16)`` (or float16) first."""
+    TypeError: convert with ``.astype(kaionb.bfloat16)`` (or float16) first.
+
+    Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient."""
     a = as_array("matmul", "a", a)
     b = as_array("matmul", "b", b)
+    result = _matmul_dispatch(a, b, out=out, out_dtype=out_dtype)
+    record(lambda g: _matmul_backward(a, b, g), (a, b), (result,))
+    return result
+
+
+def _matmul_dispatch(a, b, *, out=None, out_dtype=None) -> DeviceArray:
     check_dtype("matmul", "a", a, (np.float16, bfloat16))
     if a.dtype == np.float16:
         return matmul_tc_async(a, b, out=out, out_dtype=out_dtype)
     return matmul_tc_bf16_async(a, b, out=out, out_dtype=out_dtype)
+
+
+def _matmul_backward(a, b, grad):
+    """For C = A @ B: dA = dC @ Bᵀ, dB = Aᵀ @ dC — transposed views, no copies. dC is
+    rounded to the inputs' dtype for the tensor cores; accumulation and results are f32."""
+    grad = grad.astype(a.dtype)
+    grad_a = _matmul_dispatch(grad, b.T) if a.requires_grad else None
+    grad_b = _matmul_dispatch(a.T, grad) if b.requires_grad else None
+    return grad_a, grad_b
