@@ -95,10 +95,47 @@ def gpu_tour() -> None:
         print("PyTorch not installed: skipping the PyTorch exchange")
 
 
+def ops_tour() -> None:
+    """Every op family once: checked against its float64 NumPy reference, timed."""
+    from kaionb.kernels import activations, matmul, norms, quantize, softmax
+    from kaionb.testing import relative_error
+
+    rng = np.random.default_rng(1)
+    rows, width = 4096, 4096
+    x_h = rng.standard_normal((rows, width)).astype(np.float16)
+    g_h = rng.standard_normal((rows, width)).astype(np.float16)
+    w_h = rng.standard_normal(width).astype(np.float16)
+    x, g, w = kaionb.asarray(x_h), kaionb.asarray(g_h), kaionb.asarray(w_h)
+    a_h = rng.standard_normal((2048, 2048)).astype(kaionb.bfloat16)
+    b_h = rng.standard_normal((2048, 2048)).astype(kaionb.bfloat16)
+    a, b = kaionb.asarray(a_h), kaionb.asarray(b_h)
+    cases = [
+        ("rms_norm   [4096, 4096] f16", lambda: kaionb.rms_norm(x, w),
+         lambda: norms.rms_norm_ref(x_h, w_h)),
+        ("layer_norm [4096, 4096] f16", lambda: kaionb.layer_norm(x, w),
+         lambda: norms.layer_norm_ref(x_h, w_h)),
+        ("softmax    [4096, 4096] f16", lambda: kaionb.softmax(x),
+         lambda: softmax.softmax_ref(x_h)),
+        ("silu gate  [4096, 4096] f16", lambda: kaionb.fused_silu_gate(x, g),
+         lambda: activations.fused_silu_gate_ref(x_h, g_h)),
+        ("gelu tanh  [4096, 4096] f16", lambda: kaionb.gelu(x, approximate="tanh"),
+         lambda: activations.gelu_ref(x_h, approximate="tanh")),
+        ("int8 quantize per row [4096, 4096]", lambda: kaionb.quantize_int8(x, axis=0)[0],
+         lambda: quantize.quantize_int8_ref(x_h, axis=0)[0]),
+        ("matmul 2048³ bf16 → f32", lambda: kaionb.matmul(a, b),
+         lambda: matmul.matmul_ref(a_h, b_h)),
+    ]
+    print(f"\n{'op':36s} {'rel. error':>10s} {'µs':>9s}")
+    for name, run, ref in cases:
+        err = relative_error(run().get(), ref())
+        print(f"{name:36s} {err:10.2e} {_timed(run):9.1f}")
+
+
 def main() -> int:
     print(f"kaionb {kaionb.__version__}")
     if kaionb.gpu_available():
         gpu_tour()
+        ops_tour()
         return 0
     print("No CUDA GPU on this machine: nothing can run here. Instead, every kernel is "
           "compiled (numba → PTX) and assembled (ptxas) for sm_80, sm_89 and sm_90a.\n")
