@@ -131,16 +131,24 @@ def _make_softmax_kernel(codec, name):
         row_m = block_max(m, scratch)
         s = s * ex2_approx_f32((m - row_m) * L) if m != neg_inf else float32(0.0)
         inv = rcp_approx_f32(block_sum(s, scratch))
-        for v in range(t, nv, T):
-            e0 = v * VEC - head
-            if v < cache_vecs:
-                words = ld_shared_v4_u32(shared_addr(cache, 4 * v))
-            else:
-                words = load(x, r, e0, n, NEG_INF)
-            unpack(words, f, 0)
-            for j in range(VEC):
-                f[j] = ex2_approx_f32((f[j] - row_m) * L) * inv
-            store(out, r, e0, n, pack(f, 0))
+        # Pass 2 with U words4 in flight per thread, as pass 1.
+        for v0 in range(t, nv, U * T):
+            for u in range(U):
+                v = v0 + u * T
+                if v < nv:
+                    if v < cache_vecs:
+                        words = ld_shared_v4_u32(shared_addr(cache, 4 * v))
+                    else:
+                        words = load(x, r, v * VEC - head, n, NEG_INF)
+                    for i in range(4):
+                        raw[4 * u + i] = words[i]
+            for u in range(U):
+                v = v0 + u * T
+                if v < nv:
+                    unpack((raw[4 * u], raw[4 * u + 1], raw[4 * u + 2], raw[4 * u + 3]), f, 0)
+                    for j in range(VEC):
+                        f[j] = ex2_approx_f32((f[j] - row_m) * L) * inv
+                    store(out, r, v * VEC - head, n, pack(f, 0))
 
     return _softmax_fwd_kernel
 
