@@ -1,0 +1,93 @@
+"""asv: transformer primitives (rms_norm, layer_norm, softmax, fused_silu_gate, gelu,
+INT8 quantize/dequantize) — time per call and achieved GB/s, and the ratio to torch's own
+op (bytes: each input read once, the output written once)."""
+
+import numpy as np
+
+import kaionb
+
+SHAPES = [(16384, 8192), (2048, 65536), (64, 4096)]
+DTYPES = ["float16", "bfloat16", "float32"]
+OPS = ["rms_norm", "layer_norm", "softmax", "fused_silu_gate", "gelu", "gelu_tanh",
+       "quantize_int8", "dequantize_int8"]
+
+
+def _median_us(fn, reps=20):
+    import torch
+
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return float(np.median(times))
+
+
+class Primitives:
+    params = (OPS, SHAPES, DTYPES)
+    param_names = ["op", "shape", "dtype"]
+    timeout = 300
+
+    def setup(self, op, shape, dtype):
+        if not kaionb.gpu_available():
+            raise NotImplementedError("needs a CUDA GPU")
+        import torch
+        import torch.nn.functional as F
+
+        from kaionb.kernels.activations import fused_silu_gate, gelu
+        from kaionb.kernels.norms import layer_norm, rms_norm
+        from kaionb.kernels.quantize import dequantize_int8, quantize_int8
+        from kaionb.kernels.softmax import softmax
+
+        tdt = getattr(torch, dtype)
+        x = torch.randn(shape, device="cuda", dtype=tdt)
+        y = torch.randn(shape, device="cuda", dtype=tdt)
+        w = torch.randn(shape[-1], device="cuda", dtype=tdt)
+        b = torch.randn(shape[-1], device="cuda", dtype=tdt)
+        kx, ky, kw, kb = (kaionb.asarray(t) for t in (x, y, w, b))
+        ko = kaionb.empty(shape, kx.dtype)
+        kq, ks = quantize_int8(kx, 0)
+        q, s = torch.from_dlpack(kq), torch.from_dlpack(ks)
+        nb = x.numel() * x.element_size()
+        n = shape[-1]
+        self.ours, self.theirs, self.nbytes = {
+            "rms_norm": (lambda: rms_norm(kx, kw, out=ko),
+                         lambda: F.rms_norm(x, (n,), w, 1e-6), 2 * nb),
+            "layer_norm": (lambda: layer_norm(kx, kw, kb, out=ko),
+                           lambda: F.layer_norm(x, (n,), w, b, 1e-5), 2 * nb),
+            "softmax": (lambda: softmax(kx, out=ko), lambda: torch.softmax(x, -1), 2 * nb),
+            "fused_silu_gate": (lambda: fused_silu_gate(kx, ky, out=ko),
+                                lambda: F.silu(x) * y, 3 * nb),
+            "gelu": (lambda: gelu(kx, out=ko), lambda: F.gelu(x), 2 * nb),
+            "gelu_tanh": (lambda: gelu(kx, "tanh", out=ko),
+                          lambda: F.gelu(x, approximate="tanh"), 2 * nb),
+            "quantize_int8": (lambda: quantize_int8(kx, 0, out=(kq, ks)),
+                              lambda: torch.clamp(torch.round(
+                                  x / (x.abs().amax(-1, keepdim=True) / 127)), -127,
+                                  127).to(torch.int8), nb + x.numel()),
+            "dequantize_int8": (lambda: dequantize_int8(kq, ks, 0, ko.dtype, out=ko),
+                                lambda: q.to(tdt) * s[:, None].to(tdt), nb + x.numel()),
+        }[op]
+        for _ in range(3):
+            self.ours()
+            self.theirs()
+        torch.cuda.synchronize()
+
+    def time_kaionb(self, op, shape, dtype):
+        import torch
+
+        self.ours()
+        torch.cuda.synchronize()
+
+    def track_gbps(self, op, shape, dtype):
+        return self.nbytes / _median_us(self.ours) / 1e3
+
+    track_gbps.unit = "GB/s"
+
+    def track_speedup_vs_torch(self, op, shape, dtype):
+        return _median_us(self.theirs) / _median_us(self.ours)
+
+    track_speedup_vs_torch.unit = "x"
