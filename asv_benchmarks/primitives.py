@@ -2,28 +2,14 @@
 INT8 quantize/dequantize) — time per call and achieved GB/s, and the ratio to torch's own
 op (bytes: each input read once, the output written once)."""
 
-import numpy as np
-
 import kaionb
+
+from .common import median_ms, require_gpu
 
 SHAPES = [(16384, 8192), (2048, 65536), (64, 4096)]
 DTYPES = ["float16", "bfloat16", "float32"]
 OPS = ["rms_norm", "layer_norm", "softmax", "fused_silu_gate", "gelu", "gelu_tanh",
        "quantize_int8", "dequantize_int8"]
-
-
-def _median_us(fn, reps=20):
-    import torch
-
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return float(np.median(times))
 
 
 class Primitives:
@@ -32,8 +18,7 @@ class Primitives:
     timeout = 300
 
     def setup(self, op, shape, dtype):
-        if not kaionb.gpu_available():
-            raise NotImplementedError("needs a CUDA GPU")
+        require_gpu()
         import torch
         import torch.nn.functional as F
 
@@ -83,11 +68,11 @@ class Primitives:
         torch.cuda.synchronize()
 
     def track_gbps(self, op, shape, dtype):
-        return self.nbytes / _median_us(self.ours) / 1e3
+        return self.nbytes / median_ms(self.ours) / 1e6
 
     track_gbps.unit = "GB/s"
 
     def track_speedup_vs_torch(self, op, shape, dtype):
-        return _median_us(self.theirs) / _median_us(self.ours)
+        return median_ms(self.theirs) / median_ms(self.ours)
 
     track_speedup_vs_torch.unit = "x"
