@@ -66,7 +66,7 @@ def _make_kernel(kind, codec, name):
     LAYER_NORM = kind == LAYER
     REG_VECS = codec.reg_vecs
     RAW = 4 * REG_VECS
-    U = 4  # words4 loads of x in flight per thread in streaming pass 1
+    U = 3  # words4 loads of x in flight per thread in streaming pass 1 (4 spilled 8 bytes on sm_89)
     U2 = 2  # ... of x, w and b in pass 2 (4 spilled under the 64-register cap)
     RAW2 = 4 * U2
 
