@@ -89,8 +89,8 @@ def _contiguous_strides(shape, itemsize) -> tuple[int, ...]:
 class DeviceArray:
     """An array in device memory. Create with ``kaionb.asarray``, ``empty``, ``zeros``, ..."""
 
-    __slots__ = ("shape", "strides", "dtype", "ptr", "device_id", "_owner", "_numba_abi",
-                 "requires_grad", "grad", "__weakref__")
+    __slots__ = ("shape", "strides", "dtype", "ptr", "device_id", "ndim", "_owner",
+                 "_numba_abi", "requires_grad", "grad", "__weakref__")
 
     # Keep NumPy from treating us as a sequence in mixed expressions (ndarray op DeviceArray).
     __array_priority__ = 100
@@ -101,6 +101,7 @@ class DeviceArray:
         self.strides = strides
         self.ptr = ptr
         self.device_id = device_id
+        self.ndim = len(shape)
         self._owner = owner  # keeps the memory alive: a cuda.core Buffer or a producer
         # numba's kernel ABI for an array argument: meminfo, parent, nitems, itemsize, data,
         # shape, strides (kernels.launch packs this tuple as is).
@@ -109,10 +110,6 @@ class DeviceArray:
         self.grad = None
 
     # -- NumPy vocabulary --------------------------------------------------------------
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
     @property
     def size(self) -> int:
         return self._numba_abi[2]

@@ -10,6 +10,7 @@ so a user sees which op, which argument, what was expected and what came.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import numpy as np
@@ -24,19 +25,27 @@ def fail(exc_type, op: str, name: str, expected: str, got) -> None:
 
 def as_array(op: str, name: str, x, *, dtypes: Iterable | None = None) -> DeviceArray:
     """``x`` as a DeviceArray (zero-copy for GPU memory, a copy for NumPy input)."""
-    if x is None:
+    if type(x) is DeviceArray:  # hot path: no conversion
+        arr = x
+    elif x is None:
         fail(TypeError, op, name, "an array", "None")
-    try:
-        arr = asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{op}: argument '{name}': {exc}") from None
+    else:
+        try:
+            arr = asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{op}: argument '{name}': {exc}") from None
     if dtypes is not None:
         check_dtype(op, name, arr, dtypes)
     return arr
 
 
+@functools.lru_cache(maxsize=256)
+def _allowed_dtypes(dtypes: tuple) -> tuple:
+    return tuple(normalize_dtype(d) for d in dtypes)
+
+
 def check_dtype(op: str, name: str, x: DeviceArray, dtypes: Iterable) -> None:
-    allowed = tuple(normalize_dtype(d, op) for d in dtypes)
+    allowed = _allowed_dtypes(tuple(dtypes))  # ops pass the same few tuples every call
     if x.dtype not in allowed:
         fail(TypeError, op, name, "dtype " + " or ".join(str(d) for d in allowed), x.dtype)
 
