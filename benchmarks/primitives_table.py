@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import kaionb
-from kaionb.kernels import rowwise
+from kaionb.kernels.helpers import rowwise
 from kaionb.kernels.activations import fused_silu_gate, gelu
 from kaionb.kernels.norms import layer_norm, rms_norm
 from kaionb.kernels.quantize import dequantize_int8, quantize_int8

@@ -38,7 +38,7 @@ from ..validation import (
     check_shape,
 )
 from .launch import kernel
-from .rowwise import (
+from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
     MAP_THREADS,

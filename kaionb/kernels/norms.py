@@ -42,7 +42,7 @@ from ..validation import (
 )
 from .helpers import block_sum
 from .launch import kernel
-from .rowwise import (
+from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
     MAX_THREADS,

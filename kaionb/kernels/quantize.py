@@ -28,7 +28,7 @@ from ..ptx_patches import device_function
 from ..validation import as_array, check_contiguous, check_out, check_same_device
 from .helpers import block_max
 from .launch import kernel
-from .rowwise import (
+from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
     INT8,

@@ -36,7 +36,7 @@ from ..ptx_patches import (
 from ..validation import as_array, check_contiguous, check_ndim, check_out
 from .helpers import block_max, block_sum
 from .launch import kernel
-from .rowwise import (
+from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
     MAX_THREADS,

@@ -5,6 +5,8 @@
 - :mod:`.tiles`      swizzled shared tiles and the cp.async tile loader
 - :mod:`.epilogue`   f32 fragment -> f16 / bf16 / f32 stores
 - :mod:`.vector`     128-bit vector loads and stores
+- :mod:`.rowwise`    row kernels' building blocks: per-dtype 16-byte codecs (load, store,
+                     unpack to / pack from f32), [rows, n] views and launch plans
 
 All are ``@device_function`` (``cuda.jit(device=True, forceinline=True)``) functions. fragments, the swizzle
 math and ``make_smem_desc`` run under the CUDA simulator; reduce needs warp shuffles

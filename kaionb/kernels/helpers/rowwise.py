@@ -25,8 +25,8 @@ from llvmlite import ir
 from numba import cuda, int32, int64, types, uint16, uint32
 from numba.cuda.extending import intrinsic
 
-from ..array import bfloat16
-from ..ptx_patches import (
+from ...array import bfloat16
+from ...ptx_patches import (
     bf16x2_to_f32x2,
     cvt_rn_bf16x2_f32,
     cvt_rn_f16x2_f32,
