@@ -115,14 +115,17 @@ def assemble(ptx: str, arch: str, *, verbose: bool = True) -> str:
 
 _SPILL_RE = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS_RE = re.compile(r"Used (\d+) registers")
+_STACK_RE = re.compile(r"(\d+) bytes stack frame")
 
 
 def parse_report(report: str) -> dict:
-    """Registers and spill bytes from a ``ptxas -v`` report."""
+    """Registers, stack-frame and spill bytes from a ``ptxas -v`` report."""
     regs = _REGS_RE.search(report)
     spills = _SPILL_RE.search(report)
+    stack = _STACK_RE.search(report)
     return {
         "registers": int(regs.group(1)) if regs else None,
+        "stack_frame": int(stack.group(1)) if stack else 0,
         "spill_stores": int(spills.group(1)) if spills else 0,
         "spill_loads": int(spills.group(2)) if spills else 0,
     }
