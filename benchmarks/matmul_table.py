@@ -1,11 +1,13 @@
 """Tensor-core matmul: kaionb (mma.sync) against cuBLAS (torch.matmul), same GPU, same run.
 
-    python benchmarks/matmul_table.py [--dtypes f16,bf16] [--json out.json]
+    python benchmarks/matmul_table.py [--dtypes f16,bf16] [--shapes 4096,1x4096x4096]
+                                      [--json out.json]
 
 For each shape (256³ … 8192³, and decode shapes M ∈ {1, 16, 128} with K = N = 4096) and
 input dtype: TFLOP/s of ``kaionb.matmul`` (the cp.async kernel the dispatcher picks),
 ``matmul_tc`` / ``matmul_tc_bf16`` (the synchronous kernel) and torch.matmul (cuBLAS) with
-f32 accumulation (reduced-precision reductions off); all write the input dtype. Timing:
+f32 accumulation (reduced-precision reductions off); all write the input dtype.
+``--shapes`` times a subset: N for N³ or MxNxK, comma-separated. Timing:
 CUDA events around batches of calls after a warm-up, median of the batches; inputs are
 random normals (never zeros).
 """
@@ -46,7 +48,7 @@ def bench_ms(torch, fn, flops):
     return statistics.median(samples)
 
 
-def run(dtypes):
+def run(dtypes, shapes=SHAPES):
     import torch
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
@@ -56,7 +58,7 @@ def run(dtypes):
     sync_fn = {"f16": mm.matmul_tc, "bf16": mm.matmul_tc_bf16}
     rows = []
     for name in dtypes:
-        for m, n, k in SHAPES:
+        for m, n, k in shapes:
             gen = torch.Generator(device="cuda").manual_seed(m + n + k)
             a = torch.randn(m, k, device="cuda", dtype=tdt[name], generator=gen)
             b = torch.randn(k, n, device="cuda", dtype=tdt[name], generator=gen)
@@ -97,6 +99,7 @@ def table(rows, gpu):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtypes", default="f16,bf16")
+    parser.add_argument("--shapes", help="N (for N³) or MxNxK, comma-separated")
     parser.add_argument("--json")
     args = parser.parse_args()
     if not kaionb.gpu_available():
@@ -104,7 +107,11 @@ def main():
         return 0
     import torch
 
-    rows = run(args.dtypes.split(","))
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) * (3 if "x" not in s else 1)
+                  for s in args.shapes.split(",")]
+    rows = run(args.dtypes.split(","), shapes)
     gpu = torch.cuda.get_device_name(0)
     if args.json:
         with open(args.json, "w") as f:

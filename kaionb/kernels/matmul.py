@@ -76,17 +76,20 @@ from .launch import kernel
 # -- tuning constants ------------------------------------------------------------------------
 
 # Tile classes: (BM, BN, BK, WARPS_M, WARPS_N, STAGES).
-# large: 128×128×64 per block, 8 warps of 64×32 (16 mmas per 6 ldmatrix.x4 per k16), 3 stages
-#   of 32 KB; 2 blocks fit an SM (192 KB of 228 KB). BK 64 over 32 (4 stages): 234 -> 265
-#   TFLOP/s at 4096³ on the H100 (half the barriers per mma; docs/perf-log-matmul.md).
-# small: 64×64, 4 warps of 32×32, for grids that 128×128 tiles leave under one wave and
+# large: 128×256×64 per block, 8 warps of 64×64 (32 mmas per 8 ldmatrix.x4 per k16: half the
+#   shared-memory reads per mma of 64×32 warps), 4 cp.async stages of 48 KB; 255 registers,
+#   one block per SM. With the fragment double buffer: 260 -> 310 TFLOP/s f16 at 4096³ on
+#   the H100 (docs/perf-log-matmul.md #5). The sync pipeline keeps 128×128: its next tile in
+#   registers (48) on top of a 64×64 warp tile's 192 spills (226 registers, 1 block/SM).
+# small: 64×64, 4 warps of 32×32, for grids that large tiles leave under one wave and
 #   for the split-K decode shapes.
 TILES = {
-    "large": (128, 128, 64, 2, 4, 3),
+    "large": (128, 256, 64, 2, 4, 4),
     "small": (64, 64, 32, 2, 2, 4),
 }
-# The large tile pays once it fills the GPU: below one block per SM, 64×64 tiles win.
-LARGE_MIN_BLOCKS_PER_SM = 1.0
+SYNC_TILES = dict(TILES, large=(128, 128, 64, 2, 4, 3))
+# The large tile pays once it (nearly) fills the GPU: below that, 64×64 tiles win.
+LARGE_MIN_BLOCKS_PER_SM = 0.9
 # Split-K: below this many blocks per SM the K loop is split (deterministic: partials to an
 # f32 workspace, summed in split order); each split keeps at least MIN_SPLIT_K of K.
 SPLIT_TARGET_BLOCKS_PER_SM = 2
@@ -227,7 +230,7 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
     vec_ok   the storage rows are 16-byte aligned: whole chunks load as 128 bits (sync)
     out_vec  the output rows (and the workspace's) are 16-byte aligned: 128-bit stores
     """
-    BM, BN, BK, WARPS_M, WARPS_N, STAGES = TILES[tile]
+    BM, BN, BK, WARPS_M, WARPS_N, STAGES = (TILES if pipeline == "async" else SYNC_TILES)[tile]
     ASYNC = pipeline == "async"
     NBUF = STAGES if ASYNC else 2
     PENDING = STAGES - 2  # cp.async groups left in flight when a stage is consumed
@@ -235,6 +238,7 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
     WM, WN = BM // WARPS_M, BN // WARPS_N
     MT, NT = WM // 16, WN // 8  # m16 and n8 mma tiles per warp
     NP = NT // 2  # ldmatrix.x4 loads of B per k16 (two n8 tiles each)
+    KSTEPS = BK // 16
     A_ROWS, A_COLS = (BM, BK) if a_kmajor else (BK, BM)
     B_ROWS, B_COLS = (BN, BK) if b_kmajor else (BK, BN)
     A_ELEMS, B_ELEMS = BM * BK, BN * BK
@@ -256,6 +260,26 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
     a_ldmatrix = ldmatrix_x4 if a_kmajor else ldmatrix_x4_trans
     b_ldmatrix = ldmatrix_x4_trans if not b_kmajor else ldmatrix_x4
 
+    @device_function
+    def load_fragments(smem, a_stage, b_stage, a_idx, b_idx, ks, afrag, bfrag):
+        """ldmatrix this warp's A and B fragments of k16 step ``ks`` of the stages at element
+        offsets ``a_stage`` and ``b_stage``. Step ks of a K-major tile flips bit 4 of the
+        swizzled column (16 elements, below the line bits the swizzle XORs in); of an
+        M/N-major tile it moves 16 rows = whole 128-byte lines, which the swizzle leaves."""
+        for i in range(MT):
+            idx = a_idx[i] ^ (16 * ks) if a_kmajor else a_idx[i] + 16 * 64 * ks
+            fa = a_ldmatrix(shared_addr(smem, a_stage + idx))
+            for e in range(4):
+                afrag[i, e] = fa[e]
+        for p in range(NP):
+            # One x4 gives the B fragments of two n8 tiles: (r0, r1) and (r2, r3).
+            idx = b_idx[p] ^ (16 * ks) if b_kmajor else b_idx[p] + 16 * 64 * ks
+            fb = b_ldmatrix(shared_addr(smem, b_stage + idx))
+            bfrag[2 * p, 0] = fb[0]
+            bfrag[2 * p, 1] = fb[1]
+            bfrag[2 * p + 1, 0] = fb[2]
+            bfrag[2 * p + 1, 1] = fb[3]
+
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
     name = f"_matmul_tc_{dtype}_{layout}_{pipeline}_{tile}_fwd_kernel"
 
@@ -265,8 +289,10 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
                            out_vec):
         smem = cuda.shared.array(0, uint16)
         acc = cuda.local.array((MT, NT, 4), float32)  # [m16 tile][n8 tile][C fragment]
-        afrag = cuda.local.array((MT, 4), uint32)
+        afrag = cuda.local.array((MT, 4), uint32)  # the next k16 step's fragments
         bfrag = cuda.local.array((NT, 2), uint32)
+        acur = cuda.local.array((MT, 4), uint32)  # this step's
+        bcur = cuda.local.array((NT, 2), uint32)
         ra = cuda.local.array((A_CHUNKS, 4), uint32)  # sync: the next tile, in registers
         rb = cuda.local.array((B_CHUNKS, 4), uint32)
         for i in range(MT):
@@ -328,7 +354,7 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
             a_sbase = shared_addr(smem, a_s0)
             b_sbase = shared_addr(smem, B_BASE + b_s0)
             # Prologue: STAGES-1 tiles in flight (one commit group each, empty past the end,
-            # so wait_group's count stays exact).
+            # so wait_group's count stays exact); wait for tile 0.
             for s in range(STAGES - 1):
                 if s < n_ktiles:
                     _cp_async_issue(a_sbase + s * A_STAGE_BYTES, a_g0 + uint64(s) * a_kstep,
@@ -338,6 +364,7 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
                                     b_base, b_rstep, k_begin + s * BK, b_kc, k_end, b_mn, N,
                                     b_mnb, b_kmajor, B_CHUNKS, B_RSTEP, B_S_STEP)
                 cp_async_commit_group()
+            cp_async_wait_group(PENDING)
         else:
             for i in range(A_CHUNKS):
                 r, c = _chunk_coords(tid + i * THREADS, A_COLS)
@@ -350,14 +377,18 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
                                 b_cols_lim, vec_ok)
                 st_shared_v4_u32(shared_addr(smem, B_BASE + _tile_index(r, c, B_ROWS, B_COLS)),
                                  v)
-            cuda.syncthreads()
+        cuda.syncthreads()
+        load_fragments(smem, int32(0), int32(B_BASE), a_idx, b_idx, int32(0), afrag, bfrag)
 
+        # Fragments are double-buffered: each k16 step ldmatrix-es the next step's fragments
+        # (across the tile boundary too) before its own mmas issue, so the shared-memory
+        # latency hides behind 32 mmas of the same warp.
         for kt in range(n_ktiles):
-            stage = kt % NBUF
+            stage = int32(kt % NBUF)
             if ASYNC:
-                cp_async_wait_group(PENDING)
-                # Also guarantees every warp is done with the stage refilled below (kt-1's).
-                cuda.syncthreads()
+                # Every warp passed the barrier that followed its last read of tile kt-1 (at
+                # its last k16 step it loaded tile kt's first fragments after that barrier):
+                # its stage is free for tile kt+STAGES-1.
                 nxt = kt + STAGES - 1
                 if nxt < n_ktiles:
                     ns = nxt % STAGES
@@ -368,67 +399,60 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
                                     b_base, b_rstep, k_begin + nxt * BK, b_kc, k_end, b_mn, N,
                                     b_mnb, b_kmajor, B_CHUNKS, B_RSTEP, B_S_STEP)
                 cp_async_commit_group()
-            else:
+            elif kt + 1 < n_ktiles:
                 # Next tile's global loads are in flight while this one computes.
-                if kt + 1 < n_ktiles:
-                    for i in range(A_CHUNKS):
-                        r, c = _chunk_coords(tid + i * THREADS, A_COLS)
-                        v = _load_chunk(a, lda, a_row0 + (kt + 1) * a_step_r + r,
-                                        a_col0 + (kt + 1) * a_step_c + c, a_rows_lim,
-                                        a_cols_lim, vec_ok)
-                        for e in range(4):
-                            ra[i, e] = v[e]
-                    for i in range(B_CHUNKS):
-                        r, c = _chunk_coords(tid + i * THREADS, B_COLS)
-                        v = _load_chunk(b, ldb, b_row0 + (kt + 1) * b_step_r + r,
-                                        b_col0 + (kt + 1) * b_step_c + c, b_rows_lim,
-                                        b_cols_lim, vec_ok)
-                        for e in range(4):
-                            rb[i, e] = v[e]
-
-            a_stage = stage * A_ELEMS
-            b_stage = B_BASE + stage * B_ELEMS
-            for ks in range(BK // 16):
-                # Step ks of a K-major tile flips bit 4 of the swizzled column (16 elements,
-                # below the line bits the swizzle XORs in); of an M/N-major tile it moves
-                # 16 rows = whole 128-byte lines, which the swizzle leaves alone.
-                for i in range(MT):
-                    idx = a_idx[i] ^ (16 * ks) if a_kmajor else a_idx[i] + 16 * 64 * ks
-                    q = a_ldmatrix(shared_addr(smem, a_stage + idx))
+                for i in range(A_CHUNKS):
+                    r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                    v = _load_chunk(a, lda, a_row0 + (kt + 1) * a_step_r + r,
+                                    a_col0 + (kt + 1) * a_step_c + c, a_rows_lim,
+                                    a_cols_lim, vec_ok)
                     for e in range(4):
-                        afrag[i, e] = q[e]
-                for p in range(NP):
-                    # One x4 gives the B fragments of two n8 tiles: (r0, r1) and (r2, r3).
-                    idx = b_idx[p] ^ (16 * ks) if b_kmajor else b_idx[p] + 16 * 64 * ks
-                    q = b_ldmatrix(shared_addr(smem, b_stage + idx))
-                    bfrag[2 * p, 0] = q[0]
-                    bfrag[2 * p, 1] = q[1]
-                    bfrag[2 * p + 1, 0] = q[2]
-                    bfrag[2 * p + 1, 1] = q[3]
+                        ra[i, e] = v[e]
+                for i in range(B_CHUNKS):
+                    r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                    v = _load_chunk(b, ldb, b_row0 + (kt + 1) * b_step_r + r,
+                                    b_col0 + (kt + 1) * b_step_c + c, b_rows_lim,
+                                    b_cols_lim, vec_ok)
+                    for e in range(4):
+                        rb[i, e] = v[e]
+
+            for ks in range(KSTEPS):
+                for i in range(MT):
+                    for e in range(4):
+                        acur[i, e] = afrag[i, e]
+                for j in range(NT):
+                    for e in range(2):
+                        bcur[j, e] = bfrag[j, e]
+                next_stage, next_ks = stage, int32(ks + 1)
+                if ks == KSTEPS - 1:
+                    next_stage, next_ks = int32((kt + 1) % NBUF), int32(0)
+                    if ASYNC:
+                        cp_async_wait_group(PENDING)  # tile kt+1 has landed
+                    elif kt + 1 < n_ktiles:
+                        # Its buffer was last read before the previous tile's barrier.
+                        for i in range(A_CHUNKS):
+                            r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                            st_shared_v4_u32(
+                                shared_addr(smem, next_stage * A_ELEMS
+                                            + _tile_index(r, c, A_ROWS, A_COLS)),
+                                (ra[i, 0], ra[i, 1], ra[i, 2], ra[i, 3]))
+                        for i in range(B_CHUNKS):
+                            r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                            st_shared_v4_u32(
+                                shared_addr(smem, B_BASE + next_stage * B_ELEMS
+                                            + _tile_index(r, c, B_ROWS, B_COLS)),
+                                (rb[i, 0], rb[i, 1], rb[i, 2], rb[i, 3]))
+                    cuda.syncthreads()
+                # Past the last tile this reads a stale stage: in bounds, and never used.
+                load_fragments(smem, next_stage * A_ELEMS, B_BASE + next_stage * B_ELEMS,
+                               a_idx, b_idx, next_ks, afrag, bfrag)
                 for i in range(MT):
                     for j in range(NT):
-                        d = mma((afrag[i, 0], afrag[i, 1], afrag[i, 2], afrag[i, 3]),
-                                (bfrag[j, 0], bfrag[j, 1]),
+                        d = mma((acur[i, 0], acur[i, 1], acur[i, 2], acur[i, 3]),
+                                (bcur[j, 0], bcur[j, 1]),
                                 (acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3]))
                         for e in range(4):
                             acc[i, j, e] = d[e]
-
-            if not ASYNC:
-                if kt + 1 < n_ktiles:
-                    # The other buffer was last read in iteration kt-1, before its barrier.
-                    ns = (kt + 1) % 2
-                    for i in range(A_CHUNKS):
-                        r, c = _chunk_coords(tid + i * THREADS, A_COLS)
-                        st_shared_v4_u32(
-                            shared_addr(smem, ns * A_ELEMS + _tile_index(r, c, A_ROWS, A_COLS)),
-                            (ra[i, 0], ra[i, 1], ra[i, 2], ra[i, 3]))
-                    for i in range(B_CHUNKS):
-                        r, c = _chunk_coords(tid + i * THREADS, B_COLS)
-                        st_shared_v4_u32(
-                            shared_addr(smem, B_BASE + ns * B_ELEMS
-                                        + _tile_index(r, c, B_ROWS, B_COLS)),
-                            (rb[i, 0], rb[i, 1], rb[i, 2], rb[i, 3]))
-                cuda.syncthreads()
 
         # Epilogue through shared memory: fragments -> an f32 C tile (rows padded by 8 so
         # each half-warp's 8-byte fragment stores hit 32 different banks), then each thread
@@ -534,12 +558,13 @@ def _aligned(storage: DeviceArray, ld: int) -> bool:
     return storage.ptr % 16 == 0 and ld % 8 == 0
 
 
-def _choose(m: int, n: int, k: int, sms: int) -> tuple[str, int, int]:
+def _choose(m: int, n: int, k: int, sms: int, pipeline: str = "async") -> tuple[str, int, int]:
     """(tile class, splits, k per split) for an M×N×K problem on a GPU with ``sms`` SMs."""
-    bm, bn, bk = TILES["large"][:3]
+    tiles_of = TILES if pipeline == "async" else SYNC_TILES
+    bm, bn, bk = tiles_of["large"][:3]
     if math.ceil(m / bm) * math.ceil(n / bn) >= LARGE_MIN_BLOCKS_PER_SM * sms:
         return "large", 1, k
-    bm, bn, bk = TILES["small"][:3]
+    bm, bn, bk = tiles_of["small"][:3]
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
     splits = max(1, min(math.ceil(SPLIT_TARGET_BLOCKS_PER_SM * sms / tiles), k // MIN_SPLIT_K))
     k_chunk = math.ceil(math.ceil(k / splits) / bk) * bk
@@ -588,10 +613,10 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
         fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
 
-    chosen_tile, n_splits, k_chunk = _choose(m, n, k, multiprocessor_count())
+    chosen_tile, n_splits, k_chunk = _choose(m, n, k, multiprocessor_count(), pipeline)
     tile = tile or chosen_tile
     if splits is not None:
-        bk = TILES[tile][2]
+        bk = (TILES if pipeline == "async" else SYNC_TILES)[tile][2]
         k_chunk = math.ceil(math.ceil(k / splits) / bk) * bk
         n_splits = math.ceil(k / k_chunk)
     elif tile != chosen_tile:
