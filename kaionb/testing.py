@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .array import DeviceArray, bfloat16, empty, normalize_dtype
+from .array import DeviceArray, _contiguous_strides, bfloat16, empty, normalize_dtype
+
+# A made-up device address for metadata-only arrays (never dereferenced).
+_FAKE_PTR = 0x7F0000000000
 
 # Relative-error tolerances against a float64 reference, for element-wise ops and
 # reductions that accumulate in float32. Half types sit at their rounding (2^-11, 2^-8),
@@ -42,6 +45,14 @@ def random_array(shape, dtype=np.float32, *, rng=None, scale=1.0, offset=0.0) ->
     else:
         raise TypeError(f"random_array: dtype {dt} is not supported")
     return np.asarray(values).astype(dt)
+
+
+def metadata_array(shape, dtype=np.float32) -> DeviceArray:
+    """A C-contiguous DeviceArray header over no memory: for host-side tests (validation,
+    views) that must run without a GPU. Launching a kernel on it is a bug."""
+    dt = normalize_dtype(dtype, "metadata_array")
+    shape = tuple(shape)
+    return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), _FAKE_PTR, None)
 
 
 def poison_value(dtype):

@@ -5,22 +5,12 @@ import numpy as np
 import pytest
 
 import kaionb
-from kaionb.array import DeviceArray, bfloat16
 from kaionb.kernels.softmax import softmax, softmax_ref
 from kaionb.testing import assert_close, poisoned, random_array
+from kaionb.testing import metadata_array as fake
+from row_cases import CASES, DTYPES
 
 gpu = pytest.mark.gpu
-DTYPES = [np.float32, np.float16, bfloat16]
-WIDTHS = [1, 7, 33, 1000, 4096, 8191, 65537, 262144]
-ROWS = [1, 3, 16384]
-MAX_ELEMENTS = 1 << 23  # float64 references stay small (16384-row cases: widths ≤ 33)
-CASES = [(r, n) for r in ROWS for n in WIDTHS if r * n <= MAX_ELEMENTS]
-
-
-def fake(shape, dtype=np.float32):
-    dt = np.dtype(dtype)
-    strides = tuple(int(s) for s in np.empty(shape, dt).strides)
-    return DeviceArray(tuple(shape), dt, strides, 0x7F0000000000, None)
 
 
 def test_integer_input_refused():
