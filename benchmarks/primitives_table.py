@@ -13,7 +13,6 @@ import argparse
 import statistics
 import time
 
-import numpy as np
 
 import kaionb
 from kaionb.kernels.helpers import rowwise

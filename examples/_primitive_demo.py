@@ -5,7 +5,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 
 import kaionb
 from kaionb.testing import assert_close

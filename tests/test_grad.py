@@ -70,8 +70,6 @@ def test_matmul_backward_matches_finite_differences(dtype):
 
 @pytest.mark.gpu
 def test_matmul_backward_is_the_transposed_products():
-    from kaionb.kernels.matmul import matmul
-
     rng = np.random.default_rng()
     a_h = rng.standard_normal((33, 70)).astype(np.float16)
     b_h = rng.standard_normal((70, 21)).astype(np.float16)

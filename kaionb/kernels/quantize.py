@@ -280,7 +280,6 @@ def dequantize_int8_fwd(q, scale, axis=None, dtype=np.float32, *, out=None):
     check_contiguous(op, "out", out, last_axis_only=True)
     if q.size == 0:
         return out
-    codec = CODECS[out_dt]
     qv, ov = _views(op, mode, q=q, out=out)
     grid, _ = map_plan(INT8, qv)
     _KERNELS[out_dt][3][0](grid, (MAP_THREADS,), (qv, scale.reshape(-1), ov, qv.shape[1],
