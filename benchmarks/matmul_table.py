@@ -1,15 +1,16 @@
-"""Tensor-core matmul: kaionb (mma.sync) against cuBLAS (torch.matmul), same GPU, same run.
+"""Tensor-core matmul: kaionb against cuBLAS (torch.matmul), same GPU, same run.
 
     python benchmarks/matmul_table.py [--dtypes f16,bf16] [--shapes 4096,1x4096x4096]
                                       [--json out.json]
 
 For each shape (256³ … 8192³, and decode shapes M ∈ {1, 16, 128} with K = N = 4096) and
-input dtype: TFLOP/s of ``kaionb.matmul`` (the cp.async kernel the dispatcher picks),
-``matmul_tc`` / ``matmul_tc_bf16`` (the synchronous kernel) and torch.matmul (cuBLAS) with
-f32 accumulation (reduced-precision reductions off); all write the input dtype.
-``--shapes`` times a subset: N for N³ or MxNxK, comma-separated. Timing:
-CUDA events around batches of calls after a warm-up, median of the batches; inputs are
-random normals (never zeros).
+input dtype: TFLOP/s of ``kaionb.matmul`` (the kernel the dispatcher picks: on an H100 the
+wgmma kernel where the shape fills the GPU), of the mma.sync cp.async kernel on the same
+shape (``matmul_fwd(pipeline="async")``), and of torch.matmul (cuBLAS) with f32
+accumulation (reduced-precision reductions off); all write the input dtype.
+``--shapes`` times a subset: N for N³ or MxNxK, comma-separated. Timing: CUDA events
+around batches of calls after a warm-up, median of the batches; inputs are random normals
+(never zeros).
 """
 
 import argparse
@@ -20,7 +21,9 @@ import sys
 import numpy as np
 
 import kaionb
+from kaionb._device import compute_capability
 from kaionb.kernels import matmul as mm
+from kaionb.kernels import matmul_hopper as mh
 
 SHAPES = [(s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192)] + [
     (1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096)]
@@ -48,6 +51,16 @@ def bench_ms(torch, fn, flops):
     return statistics.median(samples)
 
 
+def kernel_name(m, n, k, sms):
+    """What kaionb.matmul launches for this shape on this GPU (aligned operands)."""
+    if compute_capability() == (9, 0):
+        tile = mh.choose_tile(m, n, sms)
+        if tile is not None:
+            return f"wgmma {tile}"
+    tile, splits, _ = mm._choose(m, n, k, sms)
+    return f"mma.sync {tile}" + (f" split {splits}" if splits > 1 else "")
+
+
 def run(dtypes, shapes=SHAPES):
     import torch
 
@@ -55,7 +68,7 @@ def run(dtypes, shapes=SHAPES):
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
     kdt = {"f16": np.float16, "bf16": kaionb.bfloat16}
-    sync_fn = {"f16": mm.matmul_tc, "bf16": mm.matmul_tc_bf16}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for name in dtypes:
         for m, n, k in shapes:
@@ -65,34 +78,35 @@ def run(dtypes, shapes=SHAPES):
             ka, kb = kaionb.asarray(a), kaionb.asarray(b)
             flops = 2.0 * m * n * k
             t_cublas = bench_ms(torch, lambda: torch.matmul(a, b), flops)
-            t_async = bench_ms(torch, lambda: mm.matmul(ka, kb, out_dtype=kdt[name]), flops)
-            t_sync = bench_ms(torch, lambda: sync_fn[name](ka, kb, out_dtype=kdt[name]), flops)
-            tile, splits, _ = mm._choose(m, n, k, torch.cuda.get_device_properties(0)
-                                         .multi_processor_count)
-            row = dict(dtype=name, m=m, n=n, k=k, tile=tile, splits=splits,
+            t_kaionb = bench_ms(torch, lambda: mm.matmul(ka, kb, out_dtype=kdt[name]), flops)
+            t_mma = bench_ms(torch, lambda: mm.matmul_fwd(
+                "bench", ka, kb, dtype=kdt[name], pipeline="async", out_dtype=kdt[name]), flops)
+            row = dict(dtype=name, m=m, n=n, k=k, kernel=kernel_name(m, n, k, sms),
                        cublas_tflops=flops / t_cublas / 1e9,
-                       async_tflops=flops / t_async / 1e9,
-                       sync_tflops=flops / t_sync / 1e9,
-                       cublas_us=t_cublas * 1e3, async_us=t_async * 1e3, sync_us=t_sync * 1e3)
-            row["ratio"] = row["async_tflops"] / row["cublas_tflops"]
-            row["sync_ratio"] = row["sync_tflops"] / row["cublas_tflops"]
+                       kaionb_tflops=flops / t_kaionb / 1e9,
+                       mma_sync_tflops=flops / t_mma / 1e9,
+                       cublas_us=t_cublas * 1e3, kaionb_us=t_kaionb * 1e3,
+                       mma_sync_us=t_mma * 1e3)
+            row["ratio"] = row["kaionb_tflops"] / row["cublas_tflops"]
+            row["mma_sync_ratio"] = row["mma_sync_tflops"] / row["cublas_tflops"]
             rows.append(row)
-            print(f"{name:4} {m:5}x{n:5}x{k:5} {tile:5} s={splits:<2} cuBLAS "
-                  f"{row['cublas_tflops']:6.1f}  async {row['async_tflops']:6.1f} "
-                  f"({row['ratio']:.2f})  sync {row['sync_tflops']:6.1f} "
-                  f"({row['sync_ratio']:.2f})  [{row['async_us']:.1f} vs "
+            print(f"{name:4} {m:5}x{n:5}x{k:5} {row['kernel']:22} cuBLAS "
+                  f"{row['cublas_tflops']:6.1f}  kaionb {row['kaionb_tflops']:6.1f} "
+                  f"({row['ratio']:.2f})  mma.sync {row['mma_sync_tflops']:6.1f} "
+                  f"({row['mma_sync_ratio']:.2f})  [{row['kaionb_us']:.1f} vs "
                   f"{row['cublas_us']:.1f} us]", flush=True)
     return rows
 
 
 def table(rows, gpu):
     lines = [f"GPU: {gpu}. TFLOP/s (ratio to cuBLAS). Output dtype = input dtype.", "",
-             "| dtype | M×N×K | tile, splits | cuBLAS | kaionb.matmul (async) | "
-             "matmul_tc (sync) |", "|---|---|---|---|---|---|"]
+             "| dtype | M×N×K | kaionb.matmul runs | cuBLAS | kaionb.matmul | "
+             "mma.sync async |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['dtype']} | {r['m']}×{r['n']}×{r['k']} | {r['tile']}, "
-                     f"{r['splits']} | {r['cublas_tflops']:.1f} | {r['async_tflops']:.1f} "
-                     f"({r['ratio']:.2f}) | {r['sync_tflops']:.1f} ({r['sync_ratio']:.2f}) |")
+        lines.append(f"| {r['dtype']} | {r['m']}×{r['n']}×{r['k']} | {r['kernel']} | "
+                     f"{r['cublas_tflops']:.1f} | {r['kaionb_tflops']:.1f} "
+                     f"({r['ratio']:.2f}) | {r['mma_sync_tflops']:.1f} "
+                     f"({r['mma_sync_ratio']:.2f}) |")
     return "\n".join(lines)
 
 

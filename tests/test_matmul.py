@@ -1,13 +1,16 @@
 """kaionb.kernels.matmul: bad input is refused before any launch (CPU); on a GPU every
-variant (f16/bf16 × sync/async × NN/NT/TN/TT × tile class × split-K) matches float64 NumPy
-on odd shapes, writes every output element, and repeats bit for bit."""
+variant (f16/bf16 × sync/async × NN/NT/TN/TT × tile class × split-K, and on an H100 the
+wgmma kernel of kernels.matmul_hopper in every layout and tile class) matches float64
+NumPy on odd shapes, writes every output element, and repeats bit for bit."""
 
 import numpy as np
 import pytest
 
 import kaionb
+from kaionb._device import compute_capability, gpu_available
 from kaionb.array import DeviceArray, bfloat16
 from kaionb.kernels import matmul as mm
+from kaionb.kernels import matmul_hopper as mh
 from kaionb.testing import poisoned, random_array, relative_error
 
 gpu = pytest.mark.gpu
@@ -33,6 +36,21 @@ SHAPES = [  # (M, N, K)
     (256, 512, 64),
 ]
 LAYOUTS = ["nn", "nt", "tn", "tt"]
+# The wgmma kernel reads operands through TMA, which needs 16-byte row strides: every
+# storage row length (K, N, and M for transposed A) a multiple of 8, none of a tile's.
+WGMMA_SHAPES = [
+    (8, 8, 8),
+    (136, 264, 520),
+    (1000, 1032, 1048),
+    (256, 512, 64),
+    (3000, 24, 200),  # B's boxes past N = 24 are entirely outside the matrix
+    (24, 3000, 136),
+    (8, 4096, 4096),
+    (4096, 8, 4096),
+]
+HOPPER = gpu_available() and compute_capability() == (9, 0)
+hopper = pytest.mark.skipif(not HOPPER, reason="the wgmma kernel needs a compute capability "
+                            "9.0 GPU (H100/H200)")
 
 
 def _fake(shape, dtype=F16, device=0):
@@ -111,6 +129,20 @@ def test_shape_classes():
     tile, splits, k_chunk = mm._choose(1, 4096, 4096, sms=132)
     assert tile == "small" and splits > 1 and k_chunk % mm.TILES["small"][2] == 0
     assert splits * k_chunk >= 4096 > (splits - 1) * k_chunk
+
+
+def test_wgmma_tile_choice():
+    assert mh.choose_tile(4096, 4096, 132) == "wide"
+    assert mh.choose_tile(2048, 2048, 132) == "wide"  # 128 tiles: 0.97 of a wave
+    assert mh.choose_tile(1024, 1024, 132) == "narrow"  # 64 narrow tiles
+    assert mh.choose_tile(1, 4096, 132) is None  # decode: mma.sync with split-K
+    assert mh.choose_tile(128, 4096, 132) is None
+
+
+def test_wgmma_kernels_registered():
+    assert len(mh._KERNELS) == 2 * 4 * len(mh.TILES)
+    assert all(k.arch_specific and k.check_archs() == {(9, 0, "a"): "sm_90a"}
+               for k in mh._KERNELS.values())
 
 
 def test_reference_is_float64():
@@ -212,3 +244,69 @@ def test_torch_and_cupy_inputs():
     got = kaionb.asarray(mm.matmul(a, b)).get()
     ref = mm.matmul_ref(a.float().cpu().numpy(), b.float().cpu().numpy())
     assert relative_error(got, ref) < TOL[bfloat16]
+
+
+# ----------------------------------------------------------------------------- Hopper
+
+
+def _wgmma_fwd(dtype, tile):
+    fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtype=dtype, pipeline="wgmma", out=out,
+                                           tile=tile)
+    fwd.__name__ = f"matmul_fwd[wgmma,{tile}]"
+    return fwd
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("tile", list(mh.TILES))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m, n, k", WGMMA_SHAPES)
+@pytest.mark.parametrize("dtype", [F16, bfloat16], ids=["f16", "bf16"])
+def test_wgmma_matches_float64(dtype, m, n, k, layout, tile):
+    check_matmul(_wgmma_fwd(dtype, tile), m, n, k, dtype, layout)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("out_dtype", [F16, bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("dtype", [F16, bfloat16], ids=["f16", "bf16"])
+def test_wgmma_half_outputs(dtype, out_dtype):
+    for m, n, k in [(136, 264, 520), (1000, 1032, 1048)]:
+        check_matmul(_wgmma_fwd(dtype, None), m, n, k, dtype, "nn", out_dtype=out_dtype)
+
+
+@gpu
+@hopper
+def test_wgmma_bit_identical_repeats():
+    rng = np.random.default_rng(4)
+    da, db, first = check_matmul(mm.matmul, 2048, 2056, 1032, F16, "nn", rng=rng)
+    for _ in range(3):
+        again = mm.matmul(da, db).get()
+        assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+
+
+@gpu
+@hopper
+def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
+    """The public entries launch the Hopper kernel for a GPU-filling aligned shape and the
+    mma.sync kernels otherwise (unaligned rows, or a grid under half a wave)."""
+    launched = []
+    real = mh.launch
+    monkeypatch.setattr(mh, "launch", lambda *args: launched.append(args[1]) or real(*args))
+    for fn in (mm.matmul_tc, mm.matmul_tc_bf16_async, mm.matmul):
+        dtype = bfloat16 if fn is mm.matmul_tc_bf16_async else F16
+        check_matmul(fn, 2048, 2048, 264, dtype, "tt")
+    assert launched == ["wide"] * 3
+    check_matmul(mm.matmul, 2047, 2048, 264, F16, "tn")  # A's rows: 2047 elements
+    check_matmul(mm.matmul, 16, 4096, 512, F16, "nn")  # 1 wide tile row: split-K
+    assert launched == ["wide"] * 3
+
+
+@gpu
+@hopper
+def test_wgmma_refuses_unaligned_rows():
+    a = kaionb.asarray(random_array((64, 60), F16))
+    b = kaionb.asarray(random_array((60, 64), F16))
+    with pytest.raises(ValueError, match=r"argument 'a, b' expected .*16-byte aligned"):
+        mm.matmul_fwd("t", a, b, dtype=F16, pipeline="wgmma")
+    check_matmul(mm.matmul, 64, 64, 64, F16)  # the context is still usable

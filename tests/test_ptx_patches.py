@@ -129,8 +129,8 @@ def k_fast_math(u, f):
 def k_wgmma(u, f):
     acc = P.accumulator_zeros(32)
     P.wgmma_fence()
-    acc = P.wgmma_m64n64k16_f32_f16(u[0], u[1], 0, acc)
-    acc = P.wgmma_m64n64k16_f32_bf16(u[0], u[1], 1, acc)
+    acc = P.wgmma_m64n64k16_f32_f16(u[0], u[1], 0, 0, 0, acc)
+    acc = P.wgmma_m64n64k16_f32_bf16(u[0], u[1], 1, 0, 0, acc)
     P.wgmma_commit_group()
     P.wgmma_wait_group(0)
     for j in range(32):
@@ -140,8 +140,8 @@ def k_wgmma(u, f):
 def k_wgmma_n128(u, f):
     acc = P.accumulator_zeros(64)
     P.wgmma_fence()
-    acc = P.wgmma_m64n128k16_f32_f16(u[0], u[1], 0, acc)
-    acc = P.wgmma_m64n128k16_f32_bf16(u[0], u[1], 1, acc)
+    acc = P.wgmma_m64n128k16_f32_f16(u[0], u[1], 0, 0, 0, acc)
+    acc = P.wgmma_m64n128k16_f32_bf16(u[0], u[1], 1, 0, 0, acc)
     P.wgmma_commit_group()
     P.wgmma_wait_group(0)
     for j in range(64):
@@ -172,7 +172,7 @@ def k_mbarrier(u, f):
 
 def k_desc(u, f):
     s = cuda.shared.array(64, types.uint32)
-    u[0] = P.make_smem_desc(P.shared_addr(s, 0), 1024, 128) >> 32
+    u[0] = P.make_smem_desc(P.shared_addr(s, 0), 16, 1024, 128) >> 32
 
 
 # (kernel, PTX text that must appear, Hopper-only)
@@ -726,8 +726,8 @@ def test_wgmma_m64n64k16_vs_numpy(dtype):
         P.wgmma_fence()
         for ks in range(4):
             # Each k-step of 16 halves starts 32 bytes further into the 128-byte rows.
-            da = P.make_smem_desc(P.shared_addr(sa, 0) + 32 * ks, 1024, 128)
-            db = P.make_smem_desc(P.shared_addr(sb, 0) + 32 * ks, 1024, 128)
+            da = P.make_smem_desc(P.shared_addr(sa, 0) + 32 * ks, 16, 1024, 128)
+            db = P.make_smem_desc(P.shared_addr(sb, 0) + 32 * ks, 16, 1024, 128)
             acc = fn(da, db, 1 if ks > 0 else 0, acc)
         P.wgmma_commit_group()
         P.wgmma_wait_group(0)

@@ -36,11 +36,17 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, int64, uint16, uint32, uint64
 
-from .._device import multiprocessor_count
+from .._device import compute_capability, multiprocessor_count
+from .._tensor_map import tma_compatible
 from ..array import DeviceArray, bfloat16, empty
 from ..kernels.helpers import (
+    OUT_BF16,
+    OUT_F16,
+    OUT_F32,
+    chunk_coords,
     ldmatrix_x4_b_row_col,
     ldmatrix_x4_row_col,
+    store_row_chunk8,
     swizzled_index,
 )
 from ..ptx_patches import (
@@ -71,6 +77,7 @@ from ..validation import (
     fail,
 )
 from ..grad import record
+from . import matmul_hopper
 from .launch import kernel
 
 # -- tuning constants ------------------------------------------------------------------------
@@ -95,9 +102,7 @@ LARGE_MIN_BLOCKS_PER_SM = 0.9
 SPLIT_TARGET_BLOCKS_PER_SM = 2
 MIN_SPLIT_K = 256
 REDUCE_THREADS = 256
-# Output kinds (a runtime flag: one kernel serves every out dtype, the branch is in the
-# epilogue only).
-OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
+# Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
 
 # -- device helpers --------------------------------------------------------------------------
@@ -113,18 +118,12 @@ def _tile_index(r, c, ROWS, COLS):
 
 
 @device_function
-def _chunk_coords(q, COLS):
-    """(row, col) of 16-byte chunk ``q`` of a row-major tile with COLS elements a row."""
-    return q // (COLS // 8), (q % (COLS // 8)) * 8
-
-
-@device_function
 def _cp_async_plan(src, ld, mn0, k_begin, mn_lim, tid, KMAJOR, ROWS, COLS):
     """This thread's first 16-byte chunk of an operand tile, computed once per block:
     (global address at k-tile 0, element index in a stage, its k within the tile, its
     M/N coordinate, its bytes inside M/N (MN-major tiles; 16 for K-major)). The thread's
     other chunks lie RSTEP storage rows further each (see :func:`_cp_async_issue`)."""
-    r, c = _chunk_coords(tid, COLS)
+    r, c = chunk_coords(tid, COLS)
     base = global_addr(src, (0, 0))
     s0 = int32(_tile_index(r, c, ROWS, COLS))
     if KMAJOR:
@@ -176,39 +175,6 @@ def _load_chunk(src, ld, gr, gc, rows_lim, cols_lim, vec_ok):
             | (_element(src, gr, gc + 5, rows_lim, cols_lim) << 16),
             _element(src, gr, gc + 6, rows_lim, cols_lim)
             | (_element(src, gr, gc + 7, rows_lim, cols_lim) << 16))
-
-
-@device_function
-def _pack(kind, lo, hi):
-    if kind == OUT_F16:
-        return cvt_rn_f16x2_f32(lo, hi)
-    return cvt_rn_bf16x2_f32(lo, hi)
-
-
-@device_function
-def _store_chunk(out32, out16, kind, row, col, M, N, vec, cs, ci):
-    """Write ``cs[ci:ci+8]`` (f32, shared) to row ``row``, columns col..col+7 of the
-    output in its kind: 16-byte stores where all 8 columns exist and rows are 16-byte
-    aligned (``vec``), element stores at the right edge."""
-    if row >= M or col >= N:
-        return
-    if vec != 0 and col + 8 <= N:
-        if kind == OUT_F32:
-            st_global_v4_f32(global_addr(out32, (row, col)),
-                             (cs[ci], cs[ci + 1], cs[ci + 2], cs[ci + 3]))
-            st_global_v4_f32(global_addr(out32, (row, col + 4)),
-                             (cs[ci + 4], cs[ci + 5], cs[ci + 6], cs[ci + 7]))
-        else:
-            st_global_v4_u32(global_addr(out16, (row, col)),
-                             (_pack(kind, cs[ci], cs[ci + 1]), _pack(kind, cs[ci + 2], cs[ci + 3]),
-                              _pack(kind, cs[ci + 4], cs[ci + 5]),
-                              _pack(kind, cs[ci + 6], cs[ci + 7])))
-        return
-    for e in range(min(8, N - col)):
-        if kind == OUT_F32:
-            out32[row, col + e] = cs[ci + e]
-        else:
-            out16[row, col + e] = uint16(_pack(kind, cs[ci + e], cs[ci + e]) & 0xFFFF)
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -367,12 +333,12 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
             cp_async_wait_group(PENDING)
         else:
             for i in range(A_CHUNKS):
-                r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                r, c = chunk_coords(tid + i * THREADS, A_COLS)
                 v = _load_chunk(a, lda, a_row0 + r, a_col0 + c, a_rows_lim,
                                 a_cols_lim, vec_ok)
                 st_shared_v4_u32(shared_addr(smem, _tile_index(r, c, A_ROWS, A_COLS)), v)
             for i in range(B_CHUNKS):
-                r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                r, c = chunk_coords(tid + i * THREADS, B_COLS)
                 v = _load_chunk(b, ldb, b_row0 + r, b_col0 + c, b_rows_lim,
                                 b_cols_lim, vec_ok)
                 st_shared_v4_u32(shared_addr(smem, B_BASE + _tile_index(r, c, B_ROWS, B_COLS)),
@@ -402,14 +368,14 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
             elif kt + 1 < n_ktiles:
                 # Next tile's global loads are in flight while this one computes.
                 for i in range(A_CHUNKS):
-                    r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                    r, c = chunk_coords(tid + i * THREADS, A_COLS)
                     v = _load_chunk(a, lda, a_row0 + (kt + 1) * a_step_r + r,
                                     a_col0 + (kt + 1) * a_step_c + c, a_rows_lim,
                                     a_cols_lim, vec_ok)
                     for e in range(4):
                         ra[i, e] = v[e]
                 for i in range(B_CHUNKS):
-                    r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                    r, c = chunk_coords(tid + i * THREADS, B_COLS)
                     v = _load_chunk(b, ldb, b_row0 + (kt + 1) * b_step_r + r,
                                     b_col0 + (kt + 1) * b_step_c + c, b_rows_lim,
                                     b_cols_lim, vec_ok)
@@ -431,13 +397,13 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
                     elif kt + 1 < n_ktiles:
                         # Its buffer was last read before the previous tile's barrier.
                         for i in range(A_CHUNKS):
-                            r, c = _chunk_coords(tid + i * THREADS, A_COLS)
+                            r, c = chunk_coords(tid + i * THREADS, A_COLS)
                             st_shared_v4_u32(
                                 shared_addr(smem, next_stage * A_ELEMS
                                             + _tile_index(r, c, A_ROWS, A_COLS)),
                                 (ra[i, 0], ra[i, 1], ra[i, 2], ra[i, 3]))
                         for i in range(B_CHUNKS):
-                            r, c = _chunk_coords(tid + i * THREADS, B_COLS)
+                            r, c = chunk_coords(tid + i * THREADS, B_COLS)
                             st_shared_v4_u32(
                                 shared_addr(smem, B_BASE + next_stage * B_ELEMS
                                             + _tile_index(r, c, B_ROWS, B_COLS)),
@@ -475,8 +441,8 @@ def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: st
         dst32 = ws[split] if split_k else out32
         out_kind = OUT_F32 if split_k else kind
         for q in range(BM * BN // 8 // THREADS):
-            r, c = _chunk_coords(tid + q * THREADS, BN)
-            _store_chunk(dst32, out16, out_kind, m0 + r, n0 + c, M, N, out_vec, cs, r * CS + c)
+            r, c = chunk_coords(tid + q * THREADS, BN)
+            store_row_chunk8(dst32, out16, out_kind, m0 + r, n0 + c, M, N, out_vec, cs, r * CS + c)
 
     _matmul_fwd_kernel.threads = THREADS
     _matmul_fwd_kernel.shared_bytes = SHARED_BYTES
@@ -572,12 +538,16 @@ def _choose(m: int, n: int, k: int, sms: int, pipeline: str = "async") -> tuple[
 
 
 def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
-               tile: str | None = None, splits: int | None = None) -> DeviceArray:
+               tile: str | None = None, splits: int | None = None,
+               prefer_wgmma: bool = False) -> DeviceArray:
     """Validate and launch: ``a @ b`` for ``dtype`` (float16 or bfloat16) inputs.
 
-    ``pipeline``: "sync" or "async" (falls back to "sync" where a storage row is not
-    16-byte aligned: cp.async moves whole 16-byte chunks). ``tile``/``splits`` override the
-    shape-class choice (tests and benchmarks).
+    ``pipeline``: "sync" or "async" (mma.sync; "async" falls back to "sync" where a storage
+    row is not 16-byte aligned: cp.async moves whole 16-byte chunks), or "wgmma" (the
+    Hopper kernel of :mod:`.matmul_hopper`; ValueError where the GPU or the operands
+    cannot run it). ``prefer_wgmma``: run the Hopper kernel instead of ``pipeline``
+    wherever it can and the shape fills the GPU (the public entries). ``tile``/``splits``
+    override the shape-class choice (tests and benchmarks).
     """
     a = as_array(op, "a", a, dtypes=(dtype,))
     b = as_array(op, "b", b, dtypes=(dtype,))
@@ -605,14 +575,37 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
 
     sa, lda, a_kmajor = _storage(op, "a", a, k_axis=1)
     sb, ldb, b_kmajor = _storage(op, "b", b, k_axis=0)
+    if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
+        fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
+    kind = _OUT_KIND[out.dtype]
+    out32 = out if kind == OUT_F32 else out._view((0, 0), (4, 4), dtype=_F32)
+    out16 = (out._view(out.shape, out.strides, dtype=_U16) if kind != OUT_F32
+             else out._view((0, 0), (2, 2), dtype=_U16))
+    out_vec = out.ptr % 16 == 0 and n % 8 == 0
+    dtype_key = _DTYPE_KEY[np.dtype(dtype)]
+
+    hopper_ok = (compute_capability() == (9, 0) and tma_compatible(sa, lda)
+                 and tma_compatible(sb, ldb))
+    if pipeline == "wgmma":
+        if not hopper_ok:
+            fail(ValueError, op, "a, b", "a compute capability 9.0 GPU and 16-byte aligned "
+                 "operand rows for the wgmma kernel",
+                 f"cc {compute_capability()}, row strides {lda}, {ldb} elements")
+        hopper_tile = tile or matmul_hopper.choose_tile(m, n, multiprocessor_count()) or "narrow"
+    else:
+        hopper_tile = (matmul_hopper.choose_tile(m, n, multiprocessor_count())
+                       if prefer_wgmma and hopper_ok and tile is None and splits is None
+                       else None)
+    if hopper_tile is not None:
+        matmul_hopper.launch(dtype_key, hopper_tile, sa, lda, a_kmajor, sb, ldb, b_kmajor,
+                             out32, out16, m, n, k, kind, out_vec)
+        return out
+
     if not a_kmajor and b_kmajor:  # TT: make B N-major (one copy of B)
         sb, ldb, b_kmajor = _storage(op, "b", b.copy(), k_axis=0)
     vec_ok = _aligned(sa, lda) and _aligned(sb, ldb)
     if pipeline == "async" and not vec_ok:
         pipeline = "sync"
-    if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
-        fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
-
     chosen_tile, n_splits, k_chunk = _choose(m, n, k, multiprocessor_count(), pipeline)
     tile = tile or chosen_tile
     if splits is not None:
@@ -621,15 +614,10 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
         n_splits = math.ceil(k / k_chunk)
     elif tile != chosen_tile:
         n_splits, k_chunk = 1, k
-    kdef = _KERNELS[(_DTYPE_KEY[np.dtype(dtype)], a_kmajor, b_kmajor, pipeline, tile)]
+    kdef = _KERNELS[(dtype_key, a_kmajor, b_kmajor, pipeline, tile)]
     bm, bn, _ = kdef.block_tile
-    kind = _OUT_KIND[out.dtype]
-    out32 = out if kind == OUT_F32 else out._view((0, 0), (4, 4), dtype=_F32)
-    out16 = (out._view(out.shape, out.strides, dtype=_U16) if kind != OUT_F32
-             else out._view((0, 0), (2, 2), dtype=_U16))
     ws = (empty((n_splits, m, n), np.float32) if n_splits > 1
           else out._view((0, 0, 0), (4, 4, 4), dtype=_F32))
-    out_vec = out.ptr % 16 == 0 and n % 8 == 0
     grid = (math.ceil(n / bn), math.ceil(m / bm), n_splits)
     kdef[0](grid, (kdef.threads,),
             (sa, sb, out32, out16, ws, m, n, k, lda, ldb, k_chunk, kind, int(vec_ok),
@@ -651,30 +639,32 @@ def matmul_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def matmul_tc(a, b, *, out=None, out_dtype=None) -> DeviceArray:
-    """``a @ b`` for float16 a (M×K) and b (K×N) on tensor cores (mma.sync, f32
-    accumulation), synchronous loads. Any M, N, K; ``a.T`` / ``b.T`` views without copies.
+    """``a @ b`` for float16 a (M×K) and b (K×N) on tensor cores, f32 accumulation: the
+    mma.sync kernel with synchronous loads, or on compute capability 9.0 the wgmma kernel
+    (:mod:`.matmul_hopper`) where the operand rows are 16-byte aligned and the output
+    fills the GPU. Any M, N, K; ``a.T`` / ``b.T`` views without copies.
     ``out_dtype``: float32 (default), float16 or bfloat16."""
     return matmul_fwd("matmul_tc", a, b, dtype=np.float16, pipeline="sync", out=out,
-                      out_dtype=out_dtype)
+                      out_dtype=out_dtype, prefer_wgmma=True)
 
 
 def matmul_tc_bf16(a, b, *, out=None, out_dtype=None) -> DeviceArray:
     """As :func:`matmul_tc` for bfloat16 inputs."""
     return matmul_fwd("matmul_tc_bf16", a, b, dtype=bfloat16, pipeline="sync", out=out,
-                      out_dtype=out_dtype)
+                      out_dtype=out_dtype, prefer_wgmma=True)
 
 
 def matmul_tc_async(a, b, *, out=None, out_dtype=None) -> DeviceArray:
-    """As :func:`matmul_tc` with the 4-stage cp.async pipeline (16-byte-aligned rows; other
-    inputs run the synchronous kernel)."""
+    """As :func:`matmul_tc` with the 4-stage cp.async pipeline on the mma.sync path
+    (16-byte-aligned rows; other inputs run the synchronous kernel)."""
     return matmul_fwd("matmul_tc_async", a, b, dtype=np.float16, pipeline="async", out=out,
-                      out_dtype=out_dtype)
+                      out_dtype=out_dtype, prefer_wgmma=True)
 
 
 def matmul_tc_bf16_async(a, b, *, out=None, out_dtype=None) -> DeviceArray:
     """As :func:`matmul_tc_async` for bfloat16 inputs."""
     return matmul_fwd("matmul_tc_bf16_async", a, b, dtype=bfloat16, pipeline="async",
-                      out=out, out_dtype=out_dtype)
+                      out=out, out_dtype=out_dtype, prefer_wgmma=True)
 
 
 def matmul(a, b, *, out=None, out_dtype=None) -> DeviceArray:

@@ -71,6 +71,7 @@ from .mma import (
 )
 from .wgmma import (
     accumulator_zeros,
+    bar_sync_threads,
     cp_async_bulk_global_to_shared,
     cp_async_bulk_tensor_2d_global_to_shared,
     fence_proxy_async_shared,
@@ -79,13 +80,19 @@ from .wgmma import (
     mbarrier_arrive_expect_tx,
     mbarrier_init,
     mbarrier_try_wait_parity,
+    mbarrier_wait,
     prefetch_tensormap,
+    setmaxnreg_dec,
+    setmaxnreg_inc,
+    st_shared_accumulator,
     wgmma_commit_group,
     wgmma_fence,
     wgmma_m64n64k16_f32_bf16,
     wgmma_m64n64k16_f32_f16,
     wgmma_m64n128k16_f32_bf16,
     wgmma_m64n128k16_f32_f16,
+    wgmma_m64n256k16_f32_bf16,
+    wgmma_m64n256k16_f32_f16,
     wgmma_wait_group,
 )
 

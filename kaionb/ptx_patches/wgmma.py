@@ -46,31 +46,61 @@ def _wgmma(n: int, ab: str):
     ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
     count = n // 2
     acc = ", ".join(f"${i}" for i in range(count))
-    # $count, $count+1: descriptors; $count+2: scale-d (0 → D = A·B, else D += A·B).
+    # $count, $count+1: descriptors; $count+2: scale-d (0 → D = A·B, else D += A·B);
+    # $count+3, $count+4: the transpose immediates of A and B (1: the tile is M/N-major).
     template = (
         f"{{ .reg .pred p; setp.ne.b32 p, ${count + 2}, 0;\n"
-        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, p, 1, 1, 0, 0; }}"
+        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, p, 1, 1, ${count + 3}, ${count + 4}; }}"
     )
     acc_type = types.UniTuple(types.float32, count)
     return ptx_instruction(
         f"wgmma_m64n{n}k16_f32_{ab}",
         template,
         outputs=acc_type,
-        inputs=(types.uint64, types.uint64, types.uint32, acc_type),
-        tied=3,
+        inputs=(types.uint64, types.uint64, types.uint32, IMM, IMM, acc_type),
+        tied=5,
         side_effect=True,
         memory=True,
         arch=_SM90A,
         instruction=ptx,
-        doc=f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, acc: {count}×f32) -> "
-        f"acc. A and B K-major in shared memory, no transposes; scale_d = 0 ignores acc.",
+        doc=f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, trans_a: const, "
+        f"trans_b: const, acc: {count}×f32) -> acc. trans 0: the operand's tile is K-major "
+        f"in shared memory; 1: M-major (A) / N-major (B). scale_d = 0 ignores acc.",
     )
 
 
 wgmma_m64n64k16_f32_f16 = _wgmma(64, "f16")
 wgmma_m64n128k16_f32_f16 = _wgmma(128, "f16")
+wgmma_m64n256k16_f32_f16 = _wgmma(256, "f16")
 wgmma_m64n64k16_f32_bf16 = _wgmma(64, "bf16")
 wgmma_m64n128k16_f32_bf16 = _wgmma(128, "bf16")
+wgmma_m64n256k16_f32_bf16 = _wgmma(256, "bf16")
+
+
+def st_shared_accumulator(n: int, row_stride_bytes: int):
+    """The instruction that stores an m64nN f32 wgmma accumulator (``n/2`` floats per
+    thread) to a row-major f32 tile in shared memory: ``(addr: u32, acc)``, where ``addr``
+    is the shared address of this thread's first element (row ``16·warp + lane/4``, column
+    ``2·(lane%4)`` of the warpgroup's 64 rows) and rows are ``row_stride_bytes`` apart.
+    One ``st.shared.v2.f32`` per pair: no indexing of the tuple at run time (numba would
+    lower that to a switch)."""
+    count = n // 2
+    lines = []
+    for j in range(n // 8):
+        lines.append(f"st.shared.v2.f32 [$0+{32 * j}], {{${4 * j + 1}, ${4 * j + 2}}};")
+        lines.append(f"st.shared.v2.f32 [$0+{8 * row_stride_bytes + 32 * j}], "
+                     f"{{${4 * j + 3}, ${4 * j + 4}}};")
+    return ptx_instruction(
+        f"st_shared_accumulator_n{n}_stride{row_stride_bytes}",
+        "\n".join(lines),
+        inputs=(types.uint32, types.UniTuple(types.float32, count)),
+        side_effect=True,
+        memory=True,
+        instruction="st.shared.v2.f32",
+        doc=f"Store an m64n{n} f32 accumulator to a shared tile with "
+        f"{row_stride_bytes}-byte rows ({n // 4} ``st.shared.v2.f32``).",
+    )
+
 
 wgmma_fence = ptx_instruction(
     "wgmma_fence",
@@ -158,6 +188,22 @@ mbarrier_try_wait_parity = ptx_instruction(
     "with that parity has completed, else 0 after a hardware timeout; loop on it.",
 )
 
+mbarrier_wait = ptx_instruction(
+    "mbarrier_wait",
+    "{ .reg .pred p;\nwait:\n"
+    "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n"
+    "@!p bra wait;\n}",
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    instruction="mbarrier.try_wait.parity.shared::cta.b64",
+    doc="Spin on ``mbarrier.try_wait.parity`` until the phase of ``bar`` with parity "
+    "``parity`` has completed: (bar, parity). The loop is inside the asm, so the compiler "
+    "sees no divergent branch (ptxas serializes wgmma after branches it cannot prove "
+    "warp-uniform).",
+)
+
 cp_async_bulk_global_to_shared = ptx_instruction(
     "cp_async_bulk_global_to_shared",
     "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
@@ -184,6 +230,37 @@ cp_async_bulk_tensor_2d_global_to_shared = ptx_instruction(
     "(generic address as u64). Assembled, not yet run on a GPU.",
 )
 
+bar_sync_threads = ptx_instruction(
+    "bar_sync_threads",
+    "bar.sync $0, $1;",
+    inputs=(IMM, IMM),
+    side_effect=True,
+    memory=True,
+    instruction="bar.sync",
+    doc="``bar.sync id, count;``: named barrier ``id`` (1-15; 0 is ``syncthreads``) for "
+    "``count`` threads (a multiple of 32): synchronizes a subset of the block's warps.",
+)
+
+setmaxnreg_inc = ptx_instruction(
+    "setmaxnreg_inc",
+    "setmaxnreg.inc.sync.aligned.u32 $0;",
+    inputs=(IMM,),
+    side_effect=True,
+    arch=_SM90A,
+    doc="``setmaxnreg.inc.sync.aligned.u32 N;``: raise this warpgroup's registers per "
+    "thread to N (24-256, a multiple of 8), from the pool others released.",
+)
+
+setmaxnreg_dec = ptx_instruction(
+    "setmaxnreg_dec",
+    "setmaxnreg.dec.sync.aligned.u32 $0;",
+    inputs=(IMM,),
+    side_effect=True,
+    arch=_SM90A,
+    doc="``setmaxnreg.dec.sync.aligned.u32 N;``: lower this warpgroup's registers per "
+    "thread to N and release the rest to the block's pool.",
+)
+
 prefetch_tensormap = ptx_instruction(
     "prefetch_tensormap",
     "prefetch.tensormap [$0];",
@@ -195,16 +272,20 @@ prefetch_tensormap = ptx_instruction(
 
 
 @device_function
-def make_smem_desc(saddr, stride_bytes, swizzle_bytes):
-    """The 64-bit wgmma shared-memory descriptor of a K-major tile at ``saddr``.
+def make_smem_desc(saddr, leading_bytes, stride_bytes, swizzle_bytes):
+    """The 64-bit wgmma shared-memory descriptor of a tile at ``saddr``.
 
     Fields (PTX ISA "Matrix Descriptor Format"): bits 0-13 start address >> 4; 16-29
-    leading-dimension byte offset >> 4 (unused for swizzled K-major layouts: 1);
-    32-45 stride byte offset >> 4 (bytes between consecutive 8-row groups); 62-63 swizzle
-    (1: 128-byte, 2: 64-byte, 3: 32-byte, 0: none). For a tile whose rows are 128 bytes
-    (64 halves) stored with the 128-byte swizzle (:func:`kaionb.kernels.helpers.tiles.
-    swizzle_128b`), ``stride_bytes = 1024``; advance ``saddr`` by 32 bytes per k-step of 16.
-    The tile must start on a 1024-byte boundary.
+    leading-dimension byte offset >> 4; 32-45 stride byte offset >> 4; 62-63 swizzle
+    (1: 128-byte, 2: 64-byte, 3: 32-byte, 0: none). With the 128-byte swizzle and 16-bit
+    elements (rows of 64 elements, 128 bytes; tiles start on 1024-byte boundaries):
+
+    - K-major tile (:func:`kaionb.kernels.helpers.tiles.swizzle_128b`, or a TMA box of
+      64 K × rows): ``stride_bytes = 1024`` (8 rows), ``leading_bytes`` unused (16);
+      the k-step of 16 advances ``saddr`` by 32 bytes.
+    - M/N-major tile (``trans`` = 1; TMA boxes of 64 M/N × 64 K rows, one after another):
+      ``stride_bytes = 1024`` (8 K rows), ``leading_bytes`` = the bytes from one 64-wide
+      M/N block to the next (8192 for 64-row boxes); the k-step of 16 advances 2048 bytes.
     """
     mode = 0
     if swizzle_bytes == 128:
@@ -214,7 +295,7 @@ def make_smem_desc(saddr, stride_bytes, swizzle_bytes):
     elif swizzle_bytes == 32:
         mode = 3
     desc = types.uint64((saddr & 0x3FFFF) >> 4)
-    desc |= types.uint64(1) << 16
+    desc |= types.uint64((leading_bytes & 0x3FFFF) >> 4) << 16
     desc |= types.uint64((stride_bytes & 0x3FFFF) >> 4) << 32
     desc |= types.uint64(mode) << 62
     return desc

@@ -3,7 +3,8 @@
 - :mod:`.reduce`     warp_sum, warp_max, block_sum, block_max
 - :mod:`.fragments`  mma.sync fragment maps and ldmatrix lane addressing
 - :mod:`.tiles`      swizzled shared tiles and the cp.async tile loader
-- :mod:`.epilogue`   f32 fragment -> f16 / bf16 / f32 stores
+- :mod:`.epilogue`   f32 accumulators (fragments or a staged shared tile) -> f16 / bf16 /
+                     f32 stores
 - :mod:`.vector`     128-bit vector loads and stores
 - :mod:`.rowwise`    row kernels' building blocks: per-dtype 16-byte codecs (load, store,
                      unpack to / pack from f32), [rows, n] views and launch plans
@@ -13,7 +14,16 @@ math and ``make_smem_desc`` run under the CUDA simulator; reduce needs warp shuf
 and the rest inline PTX, which the simulator does not have.
 """
 
-from .epilogue import store_c_frag_bf16, store_c_frag_f16, store_c_frag_f32
+from .epilogue import (
+    OUT_BF16,
+    OUT_F16,
+    OUT_F32,
+    pack_pair,
+    store_c_frag_bf16,
+    store_c_frag_f16,
+    store_c_frag_f32,
+    store_row_chunk8,
+)
 from .fragments import (
     frag_a_m16n8k8_tf32,
     frag_a_m16n8k16,
@@ -26,7 +36,7 @@ from .fragments import (
     ldmatrix_x4_row_col,
 )
 from .reduce import block_max, block_sum, warp_max, warp_sum
-from .tiles import cp_async_tile_16b, swizzle_128b, swizzled_index
+from .tiles import chunk_coords, cp_async_tile_16b, swizzle_128b, swizzled_index
 from .vector import (
     load_f32x4,
     load_f32x4_masked,

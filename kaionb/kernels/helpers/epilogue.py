@@ -1,4 +1,9 @@
-"""Epilogues: write an m16n8 f32 accumulator fragment to a 2-D output.
+"""Epilogues: write f32 accumulators to a 2-D f32 / f16 / bf16 output.
+
+Two ways out. From a staged f32 C tile in shared memory (:func:`store_row_chunk8`):
+8 consecutive columns of one row per call, 16-byte coalesced stores, the output kind a
+run-time flag (``OUT_F32``, ``OUT_F16``, ``OUT_BF16``) so one kernel serves every dtype.
+Straight from an m16n8 fragment (``store_c_frag_*``):
 
 The C fragment (see :mod:`.fragments`) gives each lane two adjacent columns in two rows,
 so a lane stores one packed pair per row: two halves in one 32-bit ``st.global.b32``
@@ -8,13 +13,56 @@ f16/bf16 outputs are uint16 arrays holding the bit patterns (round to nearest ev
 """
 
 
+from numba import uint16
+
 from kaionb.ptx_patches import (
     cvt_rn_bf16x2_f32,
     cvt_rn_f16x2_f32,
     device_function,
     global_addr,
     st_global_b32,
+    st_global_v4_f32,
+    st_global_v4_u32,
 )
+
+# The output kind of a staged-tile epilogue.
+OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
+
+
+@device_function
+def pack_pair(kind, lo, hi):
+    """Two f32 as packed f16x2 (``OUT_F16``) or bf16x2 (otherwise), round to nearest even."""
+    if kind == OUT_F16:
+        return cvt_rn_f16x2_f32(lo, hi)
+    return cvt_rn_bf16x2_f32(lo, hi)
+
+
+@device_function
+def store_row_chunk8(out32, out16, kind, row, col, M, N, vec, cs, ci):
+    """Write ``cs[ci:ci+8]`` (f32, a staged C tile in shared memory) to row ``row``,
+    columns col..col+7 of the M×N output in its kind (``out32`` for OUT_F32, else the
+    uint16 bits ``out16``): 16-byte stores where all 8 columns exist and rows are 16-byte
+    aligned (``vec``), element stores at the right edge; nothing past M or N."""
+    if row >= M or col >= N:
+        return
+    if vec != 0 and col + 8 <= N:
+        if kind == OUT_F32:
+            st_global_v4_f32(global_addr(out32, (row, col)),
+                             (cs[ci], cs[ci + 1], cs[ci + 2], cs[ci + 3]))
+            st_global_v4_f32(global_addr(out32, (row, col + 4)),
+                             (cs[ci + 4], cs[ci + 5], cs[ci + 6], cs[ci + 7]))
+        else:
+            st_global_v4_u32(global_addr(out16, (row, col)),
+                             (pack_pair(kind, cs[ci], cs[ci + 1]),
+                              pack_pair(kind, cs[ci + 2], cs[ci + 3]),
+                              pack_pair(kind, cs[ci + 4], cs[ci + 5]),
+                              pack_pair(kind, cs[ci + 6], cs[ci + 7])))
+        return
+    for e in range(min(8, N - col)):
+        if kind == OUT_F32:
+            out32[row, col + e] = cs[ci + e]
+        else:
+            out16[row, col + e] = uint16(pack_pair(kind, cs[ci + e], cs[ci + e]) & 0xFFFF)
 
 
 @device_function

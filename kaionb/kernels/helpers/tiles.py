@@ -38,6 +38,13 @@ def swizzled_index(row, col, COLS):
 
 
 @device_function
+def chunk_coords(q, COLS):
+    """(row, col) of chunk ``q`` of a row-major tile of COLS columns cut into chunks of 8
+    consecutive elements (16 bytes of a 16-bit tile, 32 of an f32 one)."""
+    return q // (COLS // 8), (q % (COLS // 8)) * 8
+
+
+@device_function
 def cp_async_tile_16b(tile, src, row0, col0, ROWS, COLS, tid, nthreads):
     """Start copying ``src[row0:row0+ROWS, col0:col0+COLS]`` into the swizzled ``tile``.
 

@@ -1,0 +1,78 @@
+"""TMA tensor maps for 2-D 16-bit matrices: encoded on the host, kept in device memory.
+
+A Hopper bulk tensor copy (``cp.async.bulk.tensor``) names its source through a 128-byte
+``CUtensorMap`` (base address, sizes, row stride, box size, swizzle). CUDA C passes it as
+a ``const __grid_constant__`` kernel parameter; numba cannot declare one, so kaionb
+encodes the map with ``cuTensorMapEncodeTiled``, copies it into device memory, and passes
+the kernel its address (the PTX ISA accepts a tensor map in the global state space).
+
+Maps are cached by (device, address, shape, row stride, box): the same operand reuses its
+map and costs one dict lookup. A map only encodes addresses and sizes, so a reused key
+gives the same bytes even after the memory behind it was freed and reallocated.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ._device import check_driver
+
+# Elements of a box's inner dimension: one 128-byte line of 16-bit elements, the width of
+# the 128-byte swizzle (the layout wgmma reads).
+BOX_INNER = 64
+CACHE_SIZE = 512
+
+_CACHE: OrderedDict[tuple, object] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def tma_compatible(storage, ld: int) -> bool:
+    """Whether a row-major 16-bit matrix with ``ld`` elements per row can be a TMA
+    source: 16-byte aligned base and row stride (the tensor map's requirements)."""
+    return storage.ptr % 16 == 0 and (ld * 2) % 16 == 0 and ld * 2 < 2**40
+
+
+def tensor_map_2d(storage, ld: int, box_rows: int) -> int:
+    """Device address of a tensor map over the row-major uint16 matrix ``storage``
+    (rows × cols, ``ld`` elements a row): boxes of ``box_rows`` rows × 64 columns, the
+    128-byte swizzle, zeros for elements past the matrix (so edge tiles need no code)."""
+    rows, cols = storage.shape
+    key = (storage.device, storage.ptr, rows, cols, ld, box_rows)
+    with _LOCK:
+        held = _CACHE.get(key)
+        if held is not None:
+            _CACHE.move_to_end(key)
+            return held.ptr
+    held = _encode(storage.ptr, rows, cols, ld, box_rows)
+    with _LOCK:
+        _CACHE[key] = held
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return held.ptr
+
+
+def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int):
+    from cuda.bindings import driver
+
+    from .array import asarray
+
+    err, tensor_map = driver.cuTensorMapEncodeTiled(
+        driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+        2,
+        ptr,
+        [cols, rows],
+        [ld * 2],
+        [BOX_INNER, box_rows],
+        [1, 1],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    check_driver(err, f"cuTensorMapEncodeTiled({rows}x{cols}, ld={ld}, box={box_rows}x64)")
+    # asarray copies on the current stream and waits: the map is in place before any
+    # kernel that is launched after this returns.
+    return asarray(np.array(tensor_map.opaque, dtype=np.uint64))
