@@ -63,10 +63,10 @@ def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int):
         driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
         2,
         ptr,
-        [cols, rows],
-        [ld * 2],
-        [BOX_INNER, box_rows],
-        [1, 1],
+        [driver.cuuint64_t(cols), driver.cuuint64_t(rows)],
+        [driver.cuuint64_t(ld * 2)],
+        [driver.cuuint32_t(BOX_INNER), driver.cuuint32_t(box_rows)],
+        [driver.cuuint32_t(1), driver.cuuint32_t(1)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -75,4 +75,4 @@ def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int):
     check_driver(err, f"cuTensorMapEncodeTiled({rows}x{cols}, ld={ld}, box={box_rows}x64)")
     # asarray copies on the current stream and waits: the map is in place before any
     # kernel that is launched after this returns.
-    return asarray(np.array(tensor_map.opaque, dtype=np.uint64))
+    return asarray(np.array(tensor_map.opaque, dtype=np.uint64).view(np.uint32))
