@@ -163,7 +163,9 @@ class CompiledKernel:
         self._local.buf = (buf, ctypes.addressof(ptrs), ptrs)
         return self._local.buf
 
-    def __call__(self, grid, block, args, *, stream=None, shared_mem=0):
+    def __call__(self, grid, block, args, *, stream=None, shared_mem=0, cluster=None):
+        """Launch. ``cluster``: thread-block cluster dimensions (sm_90+; the grid must be a
+        multiple of them), launched through ``cuLaunchKernelEx``."""
         flat = []
         for is_array, arg in zip(self._array_flags, args):
             if is_array:
@@ -178,10 +180,35 @@ class CompiledKernel:
         gx, gy, gz = _dim3(grid)
         bx, by, bz = _dim3(block)
         handle = current_stream().cu if stream is None else stream
-        (err,) = self._driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz,
-                                             shared_mem, handle, ptrs_addr, 0)
+        if cluster is None:
+            (err,) = self._driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz,
+                                                 shared_mem, handle, ptrs_addr, 0)
+        else:
+            config = self._cluster_config(cluster)
+            config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
+            config.blockDimX, config.blockDimY, config.blockDimZ = bx, by, bz
+            config.sharedMemBytes = shared_mem
+            config.hStream = handle
+            (err,) = self._driver.cuLaunchKernelEx(config, self._function, ptrs_addr, 0)
         if err != self._success:
             check_driver(err, f"launching {self.kdef.name} grid={grid} block={block}")
+
+    def _cluster_config(self, cluster):
+        """A per-thread CUlaunchConfig carrying the cluster-dimension attribute."""
+        configs = getattr(self._local, "cluster_configs", None)
+        if configs is None:
+            configs = self._local.cluster_configs = {}
+        config = configs.get(cluster)
+        if config is None:
+            driver = self._driver
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = (
+                _dim3(cluster))
+            config = configs[cluster] = driver.CUlaunchConfig()
+            config.attrs = [attr]
+            config.numAttrs = 1
+        return config
 
     def __repr__(self) -> str:
         return f"<compiled {self.kdef.name} {self.signature}>"

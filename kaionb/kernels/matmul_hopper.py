@@ -42,11 +42,15 @@ from ..kernels.helpers import chunk_coords, store_row_chunk8
 from ..ptx_patches import (
     accumulator_zeros,
     bar_sync_threads,
+    cluster_arrive,
+    cluster_ctarank,
+    cluster_wait,
     cp_async_bulk_tensor_2d_global_to_shared,
-    fence_proxy_async_shared,
+    cp_async_bulk_tensor_2d_multicast,
+    fence_mbarrier_init_cluster,
     make_smem_desc,
-    mbarrier_arrive,
     mbarrier_arrive_expect_tx,
+    mbarrier_arrive_remote,
     mbarrier_init,
     mbarrier_wait,
     prefetch_tensormap,
@@ -71,7 +75,11 @@ TILES = {
 }
 CONSUMERS = 2  # consumer warpgroups
 THREADS = 128 * (1 + CONSUMERS)
-GROUP_M = 8  # tile rows a group of blocks walks before moving right (L2 reuse)
+# CTAs per cluster, neighbours along M: they share their B tile, each loading 1/CLUSTER_M
+# of it from L2 and multicasting it to all (less L2 -> SM traffic per FLOP).
+CLUSTER_M = 2
+CLUSTER_MASK = (1 << CLUSTER_M) - 1
+GROUP_ROWS = 4  # cluster rows (GROUP_ROWS·CLUSTER_M tile rows) a group walks before moving right
 # Tile choice: wide from 0.9 blocks per SM (2048² has 128 wide tiles on 132 SMs), narrow
 # from NARROW_MIN_BLOCKS_PER_SM; smaller grids run mma.sync with split-K.
 WIDE_MIN_BLOCKS_PER_SM = 0.9
@@ -118,6 +126,13 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
     mma = _WGMMA[(dtype, BN)]
     store_accumulator = st_shared_accumulator(BN, CS * 4)
 
+    # B is shared by the cluster's CTAs (same N tile): each loads 1/CLUSTER_M of it and
+    # multicasts it to all. N-major: whole 64-column boxes; K-major: a box of the rows.
+    B_PART_BYTES = B_BYTES // CLUSTER_M
+    B_PART_BOXES = BN // BOX_INNER // CLUSTER_M
+    B_PART_ROWS = BN // CLUSTER_M
+    EMPTY_ARRIVALS = 4 * CONSUMERS * CLUSTER_M  # lane 0 of every consumer warp of the cluster
+
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
     name = f"_matmul_wgmma_{dtype}_{layout}_{tile}_fwd_kernel"
 
@@ -134,85 +149,103 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
         # The warpgroup index, broadcast from lane 0: ptxas then knows every branch on it
         # is warp-uniform (it serializes wgmma behind branches it cannot prove uniform).
         warpgroup = cuda.shfl_sync(0xFFFFFFFF, tid // 128, 0)
+        rank = int32(cluster_ctarank())
 
+        # Clusters walk the tiles in groups of GROUP_M tile rows; CTA `rank` of a cluster
+        # takes tile row CLUSTER_M·(cluster row) + rank (past M in an odd last row: it
+        # still loads and multicasts its part of B, and stores nothing).
         tiles_m = (M + BM - 1) // BM
         tiles_n = (N + BN - 1) // BN
-        pid = int32(cuda.blockIdx.x)
-        first_m = pid // (GROUP_M * tiles_n) * GROUP_M
-        group_rows = min(tiles_m - first_m, GROUP_M)
-        in_group = pid % (GROUP_M * tiles_n)
-        m0 = (first_m + in_group % group_rows) * BM
+        cluster_rows = (tiles_m + CLUSTER_M - 1) // CLUSTER_M
+        cid = int32(cuda.blockIdx.x) // CLUSTER_M
+        first_row = cid // (GROUP_ROWS * tiles_n) * GROUP_ROWS
+        group_rows = min(cluster_rows - first_row, GROUP_ROWS)
+        in_group = cid % (GROUP_ROWS * tiles_n)
+        m0 = ((first_row + in_group % group_rows) * CLUSTER_M + rank) * BM
         n0 = (in_group // group_rows) * BN
         n_ktiles = (K + BK - 1) // BK
 
         if tid == 0:
             for s in range(STAGES):
                 mbarrier_init(full + 8 * s, 1)
-                mbarrier_init(empty + 8 * s, 4 * CONSUMERS)  # lane 0 of each consumer warp
-            fence_proxy_async_shared()
-        cuda.syncthreads()
+                mbarrier_init(empty + 8 * s, EMPTY_ARRIVALS)
+            fence_mbarrier_init_cluster()
+        cluster_arrive()  # every CTA's barriers exist before anyone multicasts or arrives
+        cluster_wait()
 
-        if warpgroup == 0:  # producer: one thread issues every copy
-            if tid == 0:
-                prefetch_tensormap(tmap_a)
-                prefetch_tensormap(tmap_b)
+        if warpgroup == 0:
+            # The producer: warp 0 walks the K loop together (a lone looping lane would
+            # share its warp with lanes parked at the final cluster barrier), lane 0 issues.
+            if tid < 32:
+                if lane == 0:
+                    prefetch_tensormap(tmap_a)
+                    prefetch_tensormap(tmap_b)
                 for kt in range(n_ktiles):
                     s = kt % STAGES
-                    if kt >= STAGES:  # wait for the consumers to release its last use
+                    if kt >= STAGES:  # every consumer of the cluster released its last use
                         mbarrier_wait(empty + 8 * s, (kt // STAGES - 1) & 1)
-                    bar = full + 8 * s
-                    mbarrier_arrive_expect_tx(bar, STAGE_BYTES)
-                    a_dst = ring + s * STAGE_BYTES
-                    b_dst = a_dst + A_BYTES
-                    k = kt * BK
-                    if a_kmajor:
-                        cp_async_bulk_tensor_2d_global_to_shared(a_dst, tmap_a, k, m0, bar)
-                    else:
-                        for i in range(BM // BOX_INNER):
-                            cp_async_bulk_tensor_2d_global_to_shared(
-                                a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k, bar)
-                    if b_kmajor:
-                        cp_async_bulk_tensor_2d_global_to_shared(b_dst, tmap_b, k, n0, bar)
-                    else:
-                        for i in range(BN // BOX_INNER):
-                            cp_async_bulk_tensor_2d_global_to_shared(
-                                b_dst + i * BOX_BYTES, tmap_b, n0 + i * BOX_INNER, k, bar)
-            return
+                    if lane == 0:
+                        bar = full + 8 * s
+                        mbarrier_arrive_expect_tx(bar, STAGE_BYTES)
+                        a_dst = ring + s * STAGE_BYTES
+                        b_dst = a_dst + A_BYTES
+                        k = kt * BK
+                        if a_kmajor:
+                            cp_async_bulk_tensor_2d_global_to_shared(a_dst, tmap_a, k, m0, bar)
+                        else:
+                            for i in range(BM // BOX_INNER):
+                                cp_async_bulk_tensor_2d_global_to_shared(
+                                    a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k, bar)
+                        if b_kmajor:
+                            cp_async_bulk_tensor_2d_multicast(
+                                b_dst + rank * B_PART_BYTES, tmap_b, k,
+                                n0 + rank * B_PART_ROWS, bar, CLUSTER_MASK)
+                        else:
+                            for i in range(B_PART_BOXES):
+                                box = rank * B_PART_BOXES + i
+                                cp_async_bulk_tensor_2d_multicast(
+                                    b_dst + box * BOX_BYTES, tmap_b, n0 + box * BOX_INNER, k,
+                                    bar, CLUSTER_MASK)
+        else:
+            consumer = warpgroup - 1
+            acc = accumulator_zeros(ACC)
+            a_desc = make_smem_desc(ring + consumer * WG_A_OFFSET, A_LBO, ATOM, 128)
+            b_desc = make_smem_desc(ring + A_BYTES, B_LBO, ATOM, 128)
+            for kt in range(n_ktiles):
+                s = kt % STAGES
+                mbarrier_wait(full + 8 * s, (kt // STAGES) & 1)
+                a_stage = a_desc + uint64(s * (STAGE_BYTES >> 4))  # descriptors: 16 B units
+                b_stage = b_desc + uint64(s * (STAGE_BYTES >> 4))
+                # The BK/16 = 4 k-steps written out: numba keeps a range loop rolled, and
+                # ptxas then fences every wgmma of the loop.
+                wgmma_fence()
+                acc = mma(a_stage, b_stage, 1, TRANS_A, TRANS_B, acc)
+                acc = mma(a_stage + A_K1, b_stage + B_K1, 1, TRANS_A, TRANS_B, acc)
+                acc = mma(a_stage + 2 * A_K1, b_stage + 2 * B_K1, 1, TRANS_A, TRANS_B, acc)
+                acc = mma(a_stage + 3 * A_K1, b_stage + 3 * B_K1, 1, TRANS_A, TRANS_B, acc)
+                wgmma_commit_group()
+                wgmma_wait_group(1)  # the previous K-step's group has read its stage
+                if kt > 0 and lane == 0:  # release it in every CTA (their B parts are here)
+                    for r in range(CLUSTER_M):
+                        mbarrier_arrive_remote(empty + 8 * ((kt - 1) % STAGES), r)
+            wgmma_wait_group(0)
 
-        consumer = warpgroup - 1
-        acc = accumulator_zeros(ACC)
-        a_desc = make_smem_desc(ring + consumer * WG_A_OFFSET, A_LBO, ATOM, 128)
-        b_desc = make_smem_desc(ring + A_BYTES, B_LBO, ATOM, 128)
-        for kt in range(n_ktiles):
-            s = kt % STAGES
-            mbarrier_wait(full + 8 * s, (kt // STAGES) & 1)
-            a_stage = a_desc + uint64(s * (STAGE_BYTES >> 4))  # descriptors: 16-byte units
-            b_stage = b_desc + uint64(s * (STAGE_BYTES >> 4))
-            # The BK/16 = 4 k-steps written out: numba keeps a range loop rolled, and ptxas
-            # then fences every wgmma of the loop.
-            wgmma_fence()
-            acc = mma(a_stage, b_stage, 1, TRANS_A, TRANS_B, acc)
-            acc = mma(a_stage + A_K1, b_stage + B_K1, 1, TRANS_A, TRANS_B, acc)
-            acc = mma(a_stage + 2 * A_K1, b_stage + 2 * B_K1, 1, TRANS_A, TRANS_B, acc)
-            acc = mma(a_stage + 3 * A_K1, b_stage + 3 * B_K1, 1, TRANS_A, TRANS_B, acc)
-            wgmma_commit_group()
-            wgmma_wait_group(1)  # the previous K-step's group has read its stage
-            if kt > 0 and lane == 0:
-                mbarrier_arrive(empty + 8 * ((kt - 1) % STAGES))
-        wgmma_wait_group(0)
-
-        # Epilogue: both consumers are past the ring before it becomes the C tile.
-        bar_sync_threads(1, CONSUMER_THREADS)
-        row = consumer * 64 + 16 * (tid // 32 % 4) + lane // 4
-        store_accumulator(ring + (row * CS + 2 * (lane % 4)) * 4, acc)
-        bar_sync_threads(1, CONSUMER_THREADS)
-        cs = cuda.shared.array(0, float32)
-        c_tile = (ring - smem0) // 4
-        ctid = tid - 128
-        for q in range(CHUNKS):
-            r, c = chunk_coords(ctid + q * CONSUMER_THREADS, BN)
-            store_row_chunk8(out32, out16, kind, m0 + r, n0 + c, M, N, out_vec, cs,
-                             c_tile + r * CS + c)
+            # Epilogue: all multicasts into this CTA's ring have landed (its consumers
+            # waited for every stage) and both consumers are past it: it becomes the C tile.
+            bar_sync_threads(1, CONSUMER_THREADS)
+            row = consumer * 64 + 16 * (tid // 32 % 4) + lane // 4
+            store_accumulator(ring + (row * CS + 2 * (lane % 4)) * 4, acc)
+            bar_sync_threads(1, CONSUMER_THREADS)
+            cs = cuda.shared.array(0, float32)
+            c_tile = (ring - smem0) // 4
+            ctid = tid - 128
+            for q in range(CHUNKS):
+                r, c = chunk_coords(ctid + q * CONSUMER_THREADS, BN)
+                store_row_chunk8(out32, out16, kind, m0 + r, n0 + c, M, N, out_vec, cs,
+                                 c_tile + r * CS + c)
+        # No CTA leaves while the other may still arrive on its barriers.
+        cluster_arrive()
+        cluster_wait()
 
     _matmul_wgmma_fwd_kernel.block_tile = (BM, BN, BK)
     return _matmul_wgmma_fwd_kernel
@@ -245,7 +278,7 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     bm, bn, bk, _ = TILES[tile]
     kdef = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)]
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
-    tmap_b = tensor_map_2d(sb, ldb, bn if b_kmajor else bk)
-    grid = math.ceil(m / bm) * math.ceil(n / bn)
+    tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
+    grid = math.ceil(math.ceil(m / bm) / CLUSTER_M) * CLUSTER_M * math.ceil(n / bn)
     kdef[0]((grid,), (THREADS,), (tmap_a, tmap_b, out32, out16, m, n, k, kind, int(out_vec)),
-            shared_mem=kdef.max_dynamic_shared_bytes)
+            shared_mem=kdef.max_dynamic_shared_bytes, cluster=(CLUSTER_M, 1, 1))

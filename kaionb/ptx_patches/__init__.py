@@ -12,6 +12,14 @@ from ._factory import (
     ptx_instruction,
     target_cc,
 )
+from .cluster import (
+    cluster_arrive,
+    cluster_ctarank,
+    cluster_wait,
+    cp_async_bulk_tensor_2d_multicast,
+    fence_mbarrier_init_cluster,
+    mbarrier_arrive_remote,
+)
 from .convert import (
     bf16x2_to_f32x2,
     cvt_rn_bf16x2_f32,

@@ -1,0 +1,92 @@
+"""Hopper (sm_90) thread-block clusters: rank, cluster barrier, remote mbarrier arrive,
+and TMA multicast.
+
+PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#cluster-of-cooperative-thread-arrays
+(``%cluster_ctarank``, ``barrier.cluster``, ``mapa``, ``mbarrier.arrive`` on a
+``shared::cluster`` address, ``cp.async.bulk.tensor ... .multicast::cluster``).
+
+A cluster is launched with a cluster dimension (``CompiledKernel(..., cluster=(2, 1, 1))``
+in :mod:`kaionb.kernels.launch`); the CTAs of a cluster run at the same time on one GPC
+and can read, write and signal each other's shared memory. A multicast TMA copy writes the
+same box to the same shared-memory offset of every CTA in ``cta_mask`` and completes the
+transaction bytes on the mbarrier at the same offset in each of them.
+
+Lifetime rule: a CTA must not exit while another CTA of its cluster may still access its
+shared memory (remote arrivals, multicast writes): end such kernels with
+``cluster_arrive(); cluster_wait()`` in every thread.
+"""
+
+from numba import types
+
+from ._factory import ptx_instruction
+
+_SM90 = (lambda cc: cc >= (9, 0), "sm_90 or newer")
+
+cluster_ctarank = ptx_instruction(
+    "cluster_ctarank",
+    "mov.u32 $0, %cluster_ctarank;",
+    outputs=types.uint32,
+    arch=_SM90,
+    instruction="mov.u32 %cluster_ctarank",
+    doc="``%cluster_ctarank``: this CTA's rank in its cluster (0 .. cluster size - 1).",
+)
+
+cluster_arrive = ptx_instruction(
+    "cluster_arrive",
+    "barrier.cluster.arrive.release;",
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``barrier.cluster.arrive.release;``: this thread arrives at the cluster barrier "
+    "(its prior writes, shared memory included, are released to the cluster).",
+)
+
+cluster_wait = ptx_instruction(
+    "cluster_wait",
+    "barrier.cluster.wait.acquire;",
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``barrier.cluster.wait.acquire;``: wait until every thread of every CTA in the "
+    "cluster has arrived.",
+)
+
+fence_mbarrier_init_cluster = ptx_instruction(
+    "fence_mbarrier_init_cluster",
+    "fence.mbarrier_init.release.cluster;",
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``fence.mbarrier_init.release.cluster;``: make this thread's ``mbarrier.init`` "
+    "visible to the cluster (before other CTAs arrive on or multicast to the barrier).",
+)
+
+mbarrier_arrive_remote = ptx_instruction(
+    "mbarrier_arrive_remote",
+    "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $1;\n"
+    "mbarrier.arrive.shared::cluster.b64 _, [remote]; }",
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    instruction="mbarrier.arrive.shared::cluster.b64",
+    doc="(bar: u32 shared address in this CTA, rank: u32): arrive on the mbarrier at the "
+    "same offset in CTA ``rank`` of the cluster (``mapa``, then ``mbarrier.arrive`` with "
+    "its default release.cta semantics: enough to say a stage was read, as CUTLASS's "
+    "pipelines do).",
+)
+
+cp_async_bulk_tensor_2d_multicast = ptx_instruction(
+    "cp_async_bulk_tensor_2d_multicast",
+    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+    ".multicast::cluster [$0], [$1, {$2, $3}], [$4], $5;",
+    inputs=(types.uint32, types.uint64, types.int32, types.int32, types.uint32, types.uint16),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    instruction="cp.async.bulk.tensor.2d ... .multicast::cluster",
+    doc="(dst, tensor_map, x, y, bar, cta_mask: u16): as "
+    ":data:`~kaionb.ptx_patches.cp_async_bulk_tensor_2d_global_to_shared`, writing the "
+    "box to offset ``dst`` of every CTA whose rank bit is set in ``cta_mask`` and "
+    "completing its bytes on each one's mbarrier at offset ``bar``.",
+)
