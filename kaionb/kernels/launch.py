@@ -154,6 +154,7 @@ class CompiledKernel:
         self._array_flags = tuple(array_flags)
         self._success = driver.CUresult.CUDA_SUCCESS
         self._local = threading.local()
+        self._max_clusters: dict[tuple, int] = {}
 
     def _new_param_buffer(self):
         buf = ctypes.create_string_buffer(max(8, self._packer.size))
@@ -192,6 +193,23 @@ class CompiledKernel:
             (err,) = self._driver.cuLaunchKernelEx(config, self._function, ptrs_addr, 0)
         if err != self._success:
             check_driver(err, f"launching {self.kdef.name} grid={grid} block={block}")
+
+    def max_active_clusters(self, cluster, block, shared_mem) -> int:
+        """How many clusters of this shape can be resident at once (persistent grids);
+        asked of the driver once per (cluster, block, shared_mem)."""
+        key = (cluster, block, shared_mem)
+        cached = self._max_clusters.get(key)
+        if cached is None:
+            config = self._driver.CUlaunchConfig()
+            attr = self._cluster_config(cluster).attrs[0]
+            config.attrs, config.numAttrs = [attr], 1
+            config.gridDimX, config.gridDimY, config.gridDimZ = _dim3(cluster)  # one cluster
+            config.blockDimX, config.blockDimY, config.blockDimZ = _dim3(block)
+            config.sharedMemBytes = shared_mem
+            err, cached = self._driver.cuOccupancyMaxActiveClusters(self._function, config)
+            check_driver(err, f"cuOccupancyMaxActiveClusters({self.kdef.name})")
+            self._max_clusters[key] = cached
+        return cached
 
     def _cluster_config(self, cluster):
         """A per-thread CUlaunchConfig carrying the cluster-dimension attribute."""

@@ -585,12 +585,12 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     dtype_key = _DTYPE_KEY[np.dtype(dtype)]
 
     hopper_ok = (compute_capability() == (9, 0) and tma_compatible(sa, lda)
-                 and tma_compatible(sb, ldb))
+                 and tma_compatible(sb, ldb) and out_vec)
     if pipeline == "wgmma":
         if not hopper_ok:
             fail(ValueError, op, "a, b", "a compute capability 9.0 GPU and 16-byte aligned "
-                 "operand rows for the wgmma kernel",
-                 f"cc {compute_capability()}, row strides {lda}, {ldb} elements")
+                 "operand and output rows for the wgmma kernel",
+                 f"cc {compute_capability()}, row strides {lda}, {ldb}, {n} elements")
         hopper_tile = tile or matmul_hopper.choose_tile(m, n, multiprocessor_count()) or "narrow"
     else:
         hopper_tile = (matmul_hopper.choose_tile(m, n, multiprocessor_count())
@@ -598,7 +598,7 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
                        else None)
     if hopper_tile is not None:
         matmul_hopper.launch(dtype_key, hopper_tile, sa, lda, a_kmajor, sb, ldb, b_kmajor,
-                             out32, out16, m, n, k, kind, out_vec)
+                             out32, out16, m, n, k, kind)
         return out
 
     if not a_kmajor and b_kmajor:  # TT: make B N-major (one copy of B)

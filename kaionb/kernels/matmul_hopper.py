@@ -35,27 +35,30 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32, int32, uint8, uint64
+from numba import cuda, int32, int64, uint8, uint32, uint64
 
 from .._tensor_map import BOX_INNER, tensor_map_2d
-from ..kernels.helpers import chunk_coords, store_row_chunk8
+from ..kernels.helpers import OUT_F16, OUT_F32
 from ..ptx_patches import (
     accumulator_zeros,
-    bar_sync_threads,
     cluster_arrive,
     cluster_ctarank,
     cluster_wait,
     cp_async_bulk_tensor_2d_global_to_shared,
     cp_async_bulk_tensor_2d_multicast,
+    device_function,
     fence_mbarrier_init_cluster,
+    global_addr,
     make_smem_desc,
     mbarrier_arrive_expect_tx,
     mbarrier_arrive_remote,
     mbarrier_init,
     mbarrier_wait,
     prefetch_tensormap,
+    setmaxnreg_dec,
+    setmaxnreg_inc,
     shared_addr,
-    st_shared_accumulator,
+    st_global_accumulator,
     wgmma_commit_group,
     wgmma_fence,
     wgmma_m64n128k16_f32_bf16,
@@ -79,6 +82,9 @@ THREADS = 128 * (1 + CONSUMERS)
 # of it from L2 and multicasting it to all (less L2 -> SM traffic per FLOP).
 CLUSTER_M = 2
 CLUSTER_MASK = (1 << CLUSTER_M) - 1
+# Register split (setmaxnreg): 65536 per SM = 128 × PRODUCER + 256 × CONSUMER registers.
+PRODUCER_REGISTERS = 40
+CONSUMER_REGISTERS = 232
 GROUP_ROWS = 4  # cluster rows (GROUP_ROWS·CLUSTER_M tile rows) a group walks before moving right
 # Tile choice: wide from 0.9 blocks per SM (2048² has 128 wide tiles on 132 SMs), narrow
 # from NARROW_MIN_BLOCKS_PER_SM; smaller grids run mma.sync with split-K.
@@ -95,13 +101,28 @@ _WGMMA = {
     ("bf16", 256): wgmma_m64n256k16_f32_bf16,
 }
 
-_SIGNATURE = "void(uint64, uint64, float32[:, ::1], uint16[:, ::1], int32, int32, int32, int32, int32)"
+_SIGNATURE = "void(uint64, uint64, float32[:, ::1], uint16[:, ::1], int32, int32, int32, int32)"
+
+
+@device_function
+def _tile_origin(t, tiles_m, tiles_n, rank, BM, BN):
+    """(m0, n0) of cluster tile ``t`` for the CTA of cluster rank ``rank``. Cluster tiles
+    are CLUSTER_M tile rows × 1 tile column, walked in groups of GROUP_ROWS cluster rows
+    (L2 reuse); rank r takes tile row CLUSTER_M·(cluster row) + r — past M in an odd last
+    row, where it still loads and multicasts its part of B and stores nothing."""
+    cluster_rows = (tiles_m + CLUSTER_M - 1) // CLUSTER_M
+    first_row = t // (GROUP_ROWS * tiles_n) * GROUP_ROWS
+    group_rows = min(cluster_rows - first_row, GROUP_ROWS)
+    in_group = t % (GROUP_ROWS * tiles_n)
+    m0 = ((first_row + in_group % group_rows) * CLUSTER_M + rank) * BM
+    return m0, (in_group // group_rows) * BN
 
 
 def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
     """One variant. Arguments: the device addresses of A's and B's tensor maps, the
     output as f32 (``kind`` OUT_F32) or uint16 bits (OUT_F16/OUT_BF16; the other is a
-    dummy), M, N, K, kind, and ``out_vec`` (output rows 16-byte aligned)."""
+    dummy), M, N, K and kind. The output's rows must hold whole 16-byte chunks (N % 8 == 0,
+    16-byte aligned base): the epilogue stores column pairs straight from registers."""
     BM, BN, BK, STAGES = TILES[tile]
     if BK != BOX_INNER:
         raise ValueError(f"tile {tile}: BK must be {BOX_INNER} (one swizzled line, 4 k-steps)")
@@ -114,31 +135,29 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
     A_LBO, A_KSTEP = (16, 32) if a_kmajor else (BOX_BYTES, 16 * LINE)
     B_LBO, B_KSTEP = (16, 32) if b_kmajor else (BOX_BYTES, 16 * LINE)
     A_K1, B_K1 = A_KSTEP >> 4, B_KSTEP >> 4  # one k-step in descriptor units
+    STAGE_DESC = STAGE_BYTES >> 4
     TRANS_A, TRANS_B = (0 if a_kmajor else 1), (0 if b_kmajor else 1)
     WG_A_OFFSET = 64 * LINE  # consumer 1's rows: 64 rows on (K-major) or box 1 (M-major)
-    CS = BN + 8  # f32 row stride of the staged C tile (+8: conflict-free fragment stores)
-    RING_BYTES = STAGES * STAGE_BYTES
-    BARRIERS = max(RING_BYTES, BM * CS * 4)  # full[STAGES], empty[STAGES] after both
+    BARRIERS = STAGES * STAGE_BYTES  # full[STAGES], empty[STAGES] after the ring
     SHARED_BYTES = ATOM + BARRIERS + 2 * STAGES * 8  # + alignment slack for the ring
     ACC = BN // 2  # f32 accumulators per consumer thread
-    CONSUMER_THREADS = 128 * CONSUMERS
-    CHUNKS = BM * BN // 8 // CONSUMER_THREADS  # 8-column output chunks per consumer thread
-    mma = _WGMMA[(dtype, BN)]
-    store_accumulator = st_shared_accumulator(BN, CS * 4)
-
     # B is shared by the cluster's CTAs (same N tile): each loads 1/CLUSTER_M of it and
     # multicasts it to all. N-major: whole 64-column boxes; K-major: a box of the rows.
     B_PART_BYTES = B_BYTES // CLUSTER_M
     B_PART_BOXES = BN // BOX_INNER // CLUSTER_M
     B_PART_ROWS = BN // CLUSTER_M
     EMPTY_ARRIVALS = 4 * CONSUMERS * CLUSTER_M  # lane 0 of every consumer warp of the cluster
+    mma = _WGMMA[(dtype, BN)]
+    store_f32 = st_global_accumulator(BN, "f32")
+    store_f16 = st_global_accumulator(BN, "f16")
+    store_bf16 = st_global_accumulator(BN, "bf16")
 
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
     name = f"_matmul_wgmma_{dtype}_{layout}_{tile}_fwd_kernel"
 
     @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0),
             max_dynamic_shared_bytes=SHARED_BYTES, launch_bounds=THREADS)
-    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, out32, out16, M, N, K, kind, out_vec):
+    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, out32, out16, M, N, K, kind):
         smem = cuda.shared.array(0, uint8)
         smem0 = int32(shared_addr(smem, 0))
         ring = (smem0 + ATOM - 1) // ATOM * ATOM  # swizzled tiles start on an atom
@@ -150,19 +169,11 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
         # is warp-uniform (it serializes wgmma behind branches it cannot prove uniform).
         warpgroup = cuda.shfl_sync(0xFFFFFFFF, tid // 128, 0)
         rank = int32(cluster_ctarank())
-
-        # Clusters walk the tiles in groups of GROUP_M tile rows; CTA `rank` of a cluster
-        # takes tile row CLUSTER_M·(cluster row) + rank (past M in an odd last row: it
-        # still loads and multicasts its part of B, and stores nothing).
         tiles_m = (M + BM - 1) // BM
         tiles_n = (N + BN - 1) // BN
-        cluster_rows = (tiles_m + CLUSTER_M - 1) // CLUSTER_M
-        cid = int32(cuda.blockIdx.x) // CLUSTER_M
-        first_row = cid // (GROUP_ROWS * tiles_n) * GROUP_ROWS
-        group_rows = min(cluster_rows - first_row, GROUP_ROWS)
-        in_group = cid % (GROUP_ROWS * tiles_n)
-        m0 = ((first_row + in_group % group_rows) * CLUSTER_M + rank) * BM
-        n0 = (in_group // group_rows) * BN
+        cluster_tiles = (tiles_m + CLUSTER_M - 1) // CLUSTER_M * tiles_n
+        clusters = int32(cuda.gridDim.x) // CLUSTER_M
+        first_tile = int32(cuda.blockIdx.x) // CLUSTER_M
         n_ktiles = (K + BK - 1) // BK
 
         if tid == 0:
@@ -173,77 +184,105 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
         cluster_arrive()  # every CTA's barriers exist before anyone multicasts or arrives
         cluster_wait()
 
+        # Persistent: the cluster walks tiles first_tile, + clusters, ...; the producer runs
+        # up to STAGES K-steps ahead of the consumers, across tile boundaries, so the next
+        # tile's loads overlap this tile's epilogue. `step` counts K-steps over all tiles:
+        # stage step % STAGES, its barriers' phase parity (step // STAGES) & 1.
         if warpgroup == 0:
-            # The producer: warp 0 walks the K loop together (a lone looping lane would
+            setmaxnreg_dec(PRODUCER_REGISTERS)  # the producer's registers go to consumers
+            # The producer: warp 0 walks the loop together (a lone looping lane would
             # share its warp with lanes parked at the final cluster barrier), lane 0 issues.
             if tid < 32:
                 if lane == 0:
                     prefetch_tensormap(tmap_a)
                     prefetch_tensormap(tmap_b)
-                for kt in range(n_ktiles):
-                    s = kt % STAGES
-                    if kt >= STAGES:  # every consumer of the cluster released its last use
-                        mbarrier_wait(empty + 8 * s, (kt // STAGES - 1) & 1)
-                    if lane == 0:
-                        bar = full + 8 * s
-                        mbarrier_arrive_expect_tx(bar, STAGE_BYTES)
-                        a_dst = ring + s * STAGE_BYTES
-                        b_dst = a_dst + A_BYTES
-                        k = kt * BK
-                        if a_kmajor:
-                            cp_async_bulk_tensor_2d_global_to_shared(a_dst, tmap_a, k, m0, bar)
-                        else:
-                            for i in range(BM // BOX_INNER):
-                                cp_async_bulk_tensor_2d_global_to_shared(
-                                    a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k, bar)
-                        if b_kmajor:
-                            cp_async_bulk_tensor_2d_multicast(
-                                b_dst + rank * B_PART_BYTES, tmap_b, k,
-                                n0 + rank * B_PART_ROWS, bar, CLUSTER_MASK)
-                        else:
-                            for i in range(B_PART_BOXES):
-                                box = rank * B_PART_BOXES + i
+                step = int32(0)
+                for t in range(first_tile, cluster_tiles, clusters):
+                    m0, n0 = _tile_origin(t, tiles_m, tiles_n, rank, BM, BN)
+                    for kt in range(n_ktiles):
+                        s = step % STAGES
+                        if step >= STAGES:  # every consumer of the cluster released it
+                            mbarrier_wait(empty + 8 * s, (step // STAGES - 1) & 1)
+                        if lane == 0:
+                            bar = full + 8 * s
+                            mbarrier_arrive_expect_tx(bar, STAGE_BYTES)
+                            a_dst = ring + s * STAGE_BYTES
+                            b_dst = a_dst + A_BYTES
+                            k = kt * BK
+                            if a_kmajor:
+                                cp_async_bulk_tensor_2d_global_to_shared(a_dst, tmap_a, k, m0,
+                                                                         bar)
+                            else:
+                                for i in range(BM // BOX_INNER):
+                                    cp_async_bulk_tensor_2d_global_to_shared(
+                                        a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k,
+                                        bar)
+                            if b_kmajor:
                                 cp_async_bulk_tensor_2d_multicast(
-                                    b_dst + box * BOX_BYTES, tmap_b, n0 + box * BOX_INNER, k,
-                                    bar, CLUSTER_MASK)
+                                    b_dst + rank * B_PART_BYTES, tmap_b, k,
+                                    n0 + rank * B_PART_ROWS, bar, CLUSTER_MASK)
+                            else:
+                                for i in range(B_PART_BOXES):
+                                    box = rank * B_PART_BOXES + i
+                                    cp_async_bulk_tensor_2d_multicast(
+                                        b_dst + box * BOX_BYTES, tmap_b, n0 + box * BOX_INNER,
+                                        k, bar, CLUSTER_MASK)
+                        step += 1
         else:
+            setmaxnreg_inc(CONSUMER_REGISTERS)
             consumer = warpgroup - 1
-            acc = accumulator_zeros(ACC)
             a_desc = make_smem_desc(ring + consumer * WG_A_OFFSET, A_LBO, ATOM, 128)
             b_desc = make_smem_desc(ring + A_BYTES, B_LBO, ATOM, 128)
-            for kt in range(n_ktiles):
-                s = kt % STAGES
-                mbarrier_wait(full + 8 * s, (kt // STAGES) & 1)
-                a_stage = a_desc + uint64(s * (STAGE_BYTES >> 4))  # descriptors: 16 B units
-                b_stage = b_desc + uint64(s * (STAGE_BYTES >> 4))
-                # The BK/16 = 4 k-steps written out: numba keeps a range loop rolled, and
-                # ptxas then fences every wgmma of the loop.
-                wgmma_fence()
-                acc = mma(a_stage, b_stage, 1, TRANS_A, TRANS_B, acc)
-                acc = mma(a_stage + A_K1, b_stage + B_K1, 1, TRANS_A, TRANS_B, acc)
-                acc = mma(a_stage + 2 * A_K1, b_stage + 2 * B_K1, 1, TRANS_A, TRANS_B, acc)
-                acc = mma(a_stage + 3 * A_K1, b_stage + 3 * B_K1, 1, TRANS_A, TRANS_B, acc)
-                wgmma_commit_group()
-                wgmma_wait_group(1)  # the previous K-step's group has read its stage
-                if kt > 0 and lane == 0:  # release it in every CTA (their B parts are here)
+            row = consumer * 64 + 16 * (tid // 32 % 4) + lane // 4  # of the tile
+            col = 2 * (lane % 4)
+            acc = accumulator_zeros(ACC)
+            step = int32(0)
+            for t in range(first_tile, cluster_tiles, clusters):
+                m0, n0 = _tile_origin(t, tiles_m, tiles_n, rank, BM, BN)
+                for kt in range(n_ktiles):
+                    s = step % STAGES
+                    mbarrier_wait(full + 8 * s, (step // STAGES) & 1)
+                    a_stage = a_desc + uint64(s * STAGE_DESC)
+                    b_stage = b_desc + uint64(s * STAGE_DESC)
+                    # The BK/16 = 4 k-steps written out: numba keeps a range loop rolled,
+                    # and ptxas then fences every wgmma of the loop. The first k-step of a
+                    # tile ignores the accumulator (scale-d 0): no zeroing between tiles.
+                    wgmma_fence()
+                    acc = mma(a_stage, b_stage, kt, TRANS_A, TRANS_B, acc)
+                    acc = mma(a_stage + A_K1, b_stage + B_K1, 1, TRANS_A, TRANS_B, acc)
+                    acc = mma(a_stage + 2 * A_K1, b_stage + 2 * B_K1, 1, TRANS_A, TRANS_B,
+                              acc)
+                    acc = mma(a_stage + 3 * A_K1, b_stage + 3 * B_K1, 1, TRANS_A, TRANS_B,
+                              acc)
+                    wgmma_commit_group()
+                    wgmma_wait_group(1)  # the previous K-step's group has read its stage
+                    if kt > 0 and lane == 0:  # release it in every CTA (its B parts are here)
+                        for r in range(CLUSTER_M):
+                            mbarrier_arrive_remote(empty + 8 * ((step - 1) % STAGES), r)
+                    step += 1
+                wgmma_wait_group(0)
+                if lane == 0:  # the tile's last stage
                     for r in range(CLUSTER_M):
-                        mbarrier_arrive_remote(empty + 8 * ((kt - 1) % STAGES), r)
-            wgmma_wait_group(0)
+                        mbarrier_arrive_remote(empty + 8 * ((step - 1) % STAGES), r)
 
-            # Epilogue: all multicasts into this CTA's ring have landed (its consumers
-            # waited for every stage) and both consumers are past it: it becomes the C tile.
-            bar_sync_threads(1, CONSUMER_THREADS)
-            row = consumer * 64 + 16 * (tid // 32 % 4) + lane // 4
-            store_accumulator(ring + (row * CS + 2 * (lane % 4)) * 4, acc)
-            bar_sync_threads(1, CONSUMER_THREADS)
-            cs = cuda.shared.array(0, float32)
-            c_tile = (ring - smem0) // 4
-            ctid = tid - 128
-            for q in range(CHUNKS):
-                r, c = chunk_coords(ctid + q * CONSUMER_THREADS, BN)
-                store_row_chunk8(out32, out16, kind, m0 + r, n0 + c, M, N, out_vec, cs,
-                                 c_tile + r * CS + c)
-        # No CTA leaves while the other may still arrive on its barriers.
+                # Epilogue straight from registers (the ring is already refilling).
+                r0 = m0 + row
+                offset = int64(r0) * N + n0 + col
+                row0_ok = uint32(r0 < M)
+                row8_ok = uint32(r0 + 8 < M)
+                cols_left = N - (n0 + col)
+                if kind == OUT_F32:
+                    base = global_addr(out32, (0, 0))
+                    store_f32(base + uint64(offset * 4), base + uint64((offset + 8 * N) * 4),
+                              row0_ok, row8_ok, cols_left, acc)
+                else:
+                    base = global_addr(out16, (0, 0))
+                    lo, hi = base + uint64(offset * 2), base + uint64((offset + 8 * N) * 2)
+                    if kind == OUT_F16:
+                        store_f16(lo, hi, row0_ok, row8_ok, cols_left, acc)
+                    else:
+                        store_bf16(lo, hi, row0_ok, row8_ok, cols_left, acc)
+        # No CTA leaves while another may still arrive on its barriers.
         cluster_arrive()
         cluster_wait()
 
@@ -272,13 +311,18 @@ def choose_tile(m: int, n: int, sms: int) -> str | None:
 
 
 def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_kmajor: bool,
-           out32, out16, m: int, n: int, k: int, kind: int, out_vec: bool) -> None:
+           out32, out16, m: int, n: int, k: int, kind: int) -> None:
     """Launch the variant for storage matrices ``sa`` (A: M×K K-major or K×M) and ``sb``
-    (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``)."""
+    (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and an
+    output whose rows are whole 16-byte chunks. The grid is persistent: as many clusters as
+    fit on the GPU at once, or fewer where there are fewer cluster tiles."""
     bm, bn, bk, _ = TILES[tile]
-    kdef = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)]
+    compiled = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)][0]
+    shared = compiled.kdef.max_dynamic_shared_bytes
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
-    grid = math.ceil(math.ceil(m / bm) / CLUSTER_M) * CLUSTER_M * math.ceil(n / bn)
-    kdef[0]((grid,), (THREADS,), (tmap_a, tmap_b, out32, out16, m, n, k, kind, int(out_vec)),
-            shared_mem=kdef.max_dynamic_shared_bytes, cluster=(CLUSTER_M, 1, 1))
+    cluster_tiles = math.ceil(math.ceil(m / bm) / CLUSTER_M) * math.ceil(n / bn)
+    cluster = (CLUSTER_M, 1, 1)
+    clusters = min(cluster_tiles, compiled.max_active_clusters(cluster, THREADS, shared))
+    compiled((clusters * CLUSTER_M,), (THREADS,), (tmap_a, tmap_b, out32, out16, m, n, k, kind),
+             shared_mem=shared, cluster=cluster)

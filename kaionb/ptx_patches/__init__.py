@@ -92,6 +92,7 @@ from .wgmma import (
     prefetch_tensormap,
     setmaxnreg_dec,
     setmaxnreg_inc,
+    st_global_accumulator,
     st_shared_accumulator,
     wgmma_commit_group,
     wgmma_fence,

@@ -102,6 +102,43 @@ def st_shared_accumulator(n: int, row_stride_bytes: int):
     )
 
 
+def st_global_accumulator(n: int, kind: str):
+    """The instruction that stores an m64nN f32 wgmma accumulator straight to a row-major
+    global output, in ``kind`` ("f32", "f16" or "bf16", round to nearest even):
+    ``(addr0: u64, addr8: u64, row0_ok: u32, row8_ok: u32, cols_left: i32, acc)``.
+    ``addr0`` / ``addr8`` address this thread's first pair in rows ``16·warp + lane/4`` and
+    8 rows below, column ``2·(lane%4)``; pair j (8j columns further) is stored where
+    ``8j < cols_left`` and its row's flag is set — the output's columns must come in
+    aligned pairs (even N, 8-byte-aligned f32 / 4-byte-aligned 16-bit rows)."""
+    count = n // 2
+    width = 4 if kind == "f32" else 2  # bytes per element
+    lines = ["{ .reg .pred r0, r8, c, p; .reg .b32 h;",
+             "setp.ne.b32 r0, $2, 0;", "setp.ne.b32 r8, $3, 0;"]
+    for j in range(n // 8):
+        off = 8 * width * j
+        lines.append(f"setp.gt.s32 c, $4, {8 * j};")
+        for base, pred, lo, hi in (("$0", "r0", 4 * j + 5, 4 * j + 6),
+                                   ("$1", "r8", 4 * j + 7, 4 * j + 8)):
+            lines.append(f"and.pred p, c, {pred};")
+            if kind == "f32":
+                lines.append(f"@p st.global.v2.f32 [{base}+{off}], {{${lo}, ${hi}}};")
+            else:
+                lines.append(f"cvt.rn.{kind}x2.f32 h, ${hi}, ${lo};")
+                lines.append(f"@p st.global.b32 [{base}+{off}], h;")
+    lines.append("}")
+    return ptx_instruction(
+        f"st_global_accumulator_n{n}_{kind}",
+        "\n".join(lines),
+        inputs=(types.uint64, types.uint64, types.uint32, types.uint32, types.int32,
+                types.UniTuple(types.float32, count)),
+        side_effect=True,
+        memory=True,
+        instruction="st.global.v2.f32" if kind == "f32" else "st.global.b32",
+        doc=f"Store an m64n{n} f32 accumulator to global memory as {kind}, predicated by "
+        "row and column (see :func:`st_global_accumulator`).",
+    )
+
+
 wgmma_fence = ptx_instruction(
     "wgmma_fence",
     "wgmma.fence.sync.aligned;",
