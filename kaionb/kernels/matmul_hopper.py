@@ -41,13 +41,19 @@ from .._tensor_map import BOX_INNER, tensor_map_2d
 from ..kernels.helpers import OUT_F16, OUT_F32
 from ..ptx_patches import (
     accumulator_zeros,
+    bar_sync_threads,
     cluster_arrive,
     cluster_ctarank,
     cluster_wait,
+    cp_async_bulk_commit_group,
     cp_async_bulk_tensor_2d_global_to_shared,
     cp_async_bulk_tensor_2d_multicast,
+    cp_async_bulk_tensor_2d_shared_to_global,
+    cp_async_bulk_wait_group,
+    cp_async_bulk_wait_group_read,
     device_function,
     fence_mbarrier_init_cluster,
+    fence_proxy_async_shared,
     global_addr,
     make_smem_desc,
     mbarrier_arrive_expect_tx,
@@ -59,6 +65,7 @@ from ..ptx_patches import (
     setmaxnreg_inc,
     shared_addr,
     st_global_accumulator,
+    st_shared_accumulator_swizzled,
     wgmma_commit_group,
     wgmma_fence,
     wgmma_m64n128k16_f32_bf16,
@@ -78,13 +85,16 @@ TILES = {
 }
 CONSUMERS = 2  # consumer warpgroups
 THREADS = 128 * (1 + CONSUMERS)
+CONSUMER_THREADS = 128 * CONSUMERS
 # CTAs per cluster, neighbours along M: they share their B tile, each loading 1/CLUSTER_M
 # of it from L2 and multicasting it to all (less L2 -> SM traffic per FLOP).
 CLUSTER_M = 2
 CLUSTER_MASK = (1 << CLUSTER_M) - 1
-# Register split (setmaxnreg): 65536 per SM = 128 × PRODUCER + 256 × CONSUMER registers.
-PRODUCER_REGISTERS = 40
-CONSUMER_REGISTERS = 232
+STAGED_COLS = 128  # output columns a consumer stages per TMA store (16-bit outputs)
+# Register split (setmaxnreg) of the 168 per thread a 384-thread block starts with:
+# 128 × 56 + 256 × 224 = 384 × 168.
+PRODUCER_REGISTERS = 56
+CONSUMER_REGISTERS = 224
 GROUP_ROWS = 4  # cluster rows (GROUP_ROWS·CLUSTER_M tile rows) a group walks before moving right
 # Tile choice: wide from 0.9 blocks per SM (2048² has 128 wide tiles on 132 SMs), narrow
 # from NARROW_MIN_BLOCKS_PER_SM; smaller grids run mma.sync with split-K.
@@ -101,7 +111,20 @@ _WGMMA = {
     ("bf16", 256): wgmma_m64n256k16_f32_bf16,
 }
 
-_SIGNATURE = "void(uint64, uint64, float32[:, ::1], uint16[:, ::1], int32, int32, int32, int32)"
+_SIGNATURE = "void(uint64, uint64, uint64, float32[:, ::1], int32, int32, int32, int32)"
+
+
+@device_function
+def _schedule(M, N, K, BM, BN, BK):
+    """(tiles_m, tiles_n, cluster tiles, this cluster's first tile, clusters in the grid,
+    K-steps per tile, rank in the cluster) of the persistent schedule."""
+    tiles_m = (M + BM - 1) // BM
+    tiles_n = (N + BN - 1) // BN
+    cluster_tiles = (tiles_m + CLUSTER_M - 1) // CLUSTER_M * tiles_n
+    first_tile = int32(cuda.blockIdx.x) // CLUSTER_M
+    clusters = int32(cuda.gridDim.x) // CLUSTER_M
+    return (tiles_m, tiles_n, cluster_tiles, first_tile, clusters, (K + BK - 1) // BK,
+            int32(cluster_ctarank()))
 
 
 @device_function
@@ -138,7 +161,15 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
     STAGE_DESC = STAGE_BYTES >> 4
     TRANS_A, TRANS_B = (0 if a_kmajor else 1), (0 if b_kmajor else 1)
     WG_A_OFFSET = 64 * LINE  # consumer 1's rows: 64 rows on (K-major) or box 1 (M-major)
-    BARRIERS = STAGES * STAGE_BYTES  # full[STAGES], empty[STAGES] after the ring
+    # Shared memory: the ring, then the 16-bit C staging buffers of the TMA-store epilogue
+    # (consumer w's 64 rows × STAGED_COLS columns at a time: 2 swizzled boxes of 64×64,
+    # 16 KB; a whole 64×256 half would leave room for 3 stages only, and the 4th stage is
+    # worth more), then full[STAGES], empty[STAGES].
+    STAGING = STAGES * STAGE_BYTES
+    C_BOX_BYTES = 64 * LINE
+    C_BUFFER_BYTES = STAGED_COLS // BOX_INNER * C_BOX_BYTES
+    PARTS = BN // STAGED_COLS
+    BARRIERS = STAGING + CONSUMERS * C_BUFFER_BYTES
     SHARED_BYTES = ATOM + BARRIERS + 2 * STAGES * 8  # + alignment slack for the ring
     ACC = BN // 2  # f32 accumulators per consumer thread
     # B is shared by the cluster's CTAs (same N tile): each loads 1/CLUSTER_M of it and
@@ -149,15 +180,20 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
     EMPTY_ARRIVALS = 4 * CONSUMERS * CLUSTER_M  # lane 0 of every consumer warp of the cluster
     mma = _WGMMA[(dtype, BN)]
     store_f32 = st_global_accumulator(BN, "f32")
-    store_f16 = st_global_accumulator(BN, "f16")
-    store_bf16 = st_global_accumulator(BN, "bf16")
+    # The staging stores of part 0 and part 1 (the same instruction when PARTS == 1).
+    stage_f16_0 = st_shared_accumulator_swizzled(BN, "f16", 0, PARTS)
+    stage_bf16_0 = st_shared_accumulator_swizzled(BN, "bf16", 0, PARTS)
+    stage_f16_1 = st_shared_accumulator_swizzled(BN, "f16", PARTS - 1, PARTS)
+    stage_bf16_1 = st_shared_accumulator_swizzled(BN, "bf16", PARTS - 1, PARTS)
+    if PARTS > 2:
+        raise ValueError(f"tile {tile}: BN up to {2 * STAGED_COLS}")
 
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
     name = f"_matmul_wgmma_{dtype}_{layout}_{tile}_fwd_kernel"
 
     @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0),
             max_dynamic_shared_bytes=SHARED_BYTES, launch_bounds=THREADS)
-    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, out32, out16, M, N, K, kind):
+    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out32, M, N, K, kind):
         smem = cuda.shared.array(0, uint8)
         smem0 = int32(shared_addr(smem, 0))
         ring = (smem0 + ATOM - 1) // ATOM * ATOM  # swizzled tiles start on an atom
@@ -168,13 +204,6 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
         # The warpgroup index, broadcast from lane 0: ptxas then knows every branch on it
         # is warp-uniform (it serializes wgmma behind branches it cannot prove uniform).
         warpgroup = cuda.shfl_sync(0xFFFFFFFF, tid // 128, 0)
-        rank = int32(cluster_ctarank())
-        tiles_m = (M + BM - 1) // BM
-        tiles_n = (N + BN - 1) // BN
-        cluster_tiles = (tiles_m + CLUSTER_M - 1) // CLUSTER_M * tiles_n
-        clusters = int32(cuda.gridDim.x) // CLUSTER_M
-        first_tile = int32(cuda.blockIdx.x) // CLUSTER_M
-        n_ktiles = (K + BK - 1) // BK
 
         if tid == 0:
             for s in range(STAGES):
@@ -188,8 +217,12 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
         # up to STAGES K-steps ahead of the consumers, across tile boundaries, so the next
         # tile's loads overlap this tile's epilogue. `step` counts K-steps over all tiles:
         # stage step % STAGES, its barriers' phase parity (step // STAGES) & 1.
+        # Each role computes its schedule after setmaxnreg: values live across the split
+        # would have to fit the producer's few registers.
         if warpgroup == 0:
             setmaxnreg_dec(PRODUCER_REGISTERS)  # the producer's registers go to consumers
+            tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = _schedule(
+                M, N, K, BM, BN, BK)
             # The producer: warp 0 walks the loop together (a lone looping lane would
             # share its warp with lanes parked at the final cluster barrier), lane 0 issues.
             if tid < 32:
@@ -230,11 +263,17 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
                         step += 1
         else:
             setmaxnreg_inc(CONSUMER_REGISTERS)
+            tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = _schedule(
+                M, N, K, BM, BN, BK)
             consumer = warpgroup - 1
             a_desc = make_smem_desc(ring + consumer * WG_A_OFFSET, A_LBO, ATOM, 128)
             b_desc = make_smem_desc(ring + A_BYTES, B_LBO, ATOM, 128)
             row = consumer * 64 + 16 * (tid // 32 % 4) + lane // 4  # of the tile
             col = 2 * (lane % 4)
+            issuer = tid % 128 == 0  # issues this consumer's TMA stores
+            stage_buffer = ring + STAGING + consumer * C_BUFFER_BYTES
+            stage_row = stage_buffer + (row % 64) * LINE + 2 * col
+            stage_xor = (row % 8) * 16
             acc = accumulator_zeros(ACC)
             step = int32(0)
             for t in range(first_tile, cluster_tiles, clusters):
@@ -265,23 +304,37 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
                     for r in range(CLUSTER_M):
                         mbarrier_arrive_remote(empty + 8 * ((step - 1) % STAGES), r)
 
-                # Epilogue straight from registers (the ring is already refilling).
-                r0 = m0 + row
-                offset = int64(r0) * N + n0 + col
-                row0_ok = uint32(r0 < M)
-                row8_ok = uint32(r0 + 8 < M)
-                cols_left = N - (n0 + col)
-                if kind == OUT_F32:
+                # Epilogue (the ring is already refilling for the next tile).
+                if kind == OUT_F32:  # straight from registers: whole 32-byte sectors
+                    r0 = m0 + row
+                    offset = int64(r0) * N + n0 + col
                     base = global_addr(out32, (0, 0))
                     store_f32(base + uint64(offset * 4), base + uint64((offset + 8 * N) * 4),
-                              row0_ok, row8_ok, cols_left, acc)
-                else:
-                    base = global_addr(out16, (0, 0))
-                    lo, hi = base + uint64(offset * 2), base + uint64((offset + 8 * N) * 2)
-                    if kind == OUT_F16:
-                        store_f16(lo, hi, row0_ok, row8_ok, cols_left, acc)
-                    else:
-                        store_bf16(lo, hi, row0_ok, row8_ok, cols_left, acc)
+                              uint32(r0 < M), uint32(r0 + 8 < M), N - (n0 + col), acc)
+                else:  # 16-bit: through the staging buffer and TMA stores, asynchronous
+                    for part in range(PARTS):
+                        if issuer:  # the buffer's previous TMA store has read it
+                            cp_async_bulk_wait_group_read(0)
+                        bar_sync_threads(1, CONSUMER_THREADS)
+                        if kind == OUT_F16:
+                            if part == 0:
+                                stage_f16_0(stage_row, stage_xor, acc)
+                            else:
+                                stage_f16_1(stage_row, stage_xor, acc)
+                        elif part == 0:
+                            stage_bf16_0(stage_row, stage_xor, acc)
+                        else:
+                            stage_bf16_1(stage_row, stage_xor, acc)
+                        fence_proxy_async_shared()  # st.shared -> visible to the TMA engine
+                        bar_sync_threads(1, CONSUMER_THREADS)
+                        if issuer:
+                            for b in range(STAGED_COLS // BOX_INNER):
+                                cp_async_bulk_tensor_2d_shared_to_global(
+                                    tmap_c, n0 + part * STAGED_COLS + b * BOX_INNER,
+                                    m0 + consumer * 64, stage_buffer + b * C_BOX_BYTES)
+                            cp_async_bulk_commit_group()
+            if issuer:
+                cp_async_bulk_wait_group(0)
         # No CTA leaves while another may still arrive on its barriers.
         cluster_arrive()
         cluster_wait()
@@ -314,15 +367,17 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
            out32, out16, m: int, n: int, k: int, kind: int) -> None:
     """Launch the variant for storage matrices ``sa`` (A: M×K K-major or K×M) and ``sb``
     (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and an
-    output whose rows are whole 16-byte chunks. The grid is persistent: as many clusters as
-    fit on the GPU at once, or fewer where there are fewer cluster tiles."""
+    output whose rows are whole 16-byte chunks: ``out32`` (kind OUT_F32) or the uint16
+    bits ``out16``. The grid is persistent: as many clusters as fit on the GPU at once,
+    or fewer where there are fewer cluster tiles."""
     bm, bn, bk, _ = TILES[tile]
     compiled = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)][0]
     shared = compiled.kdef.max_dynamic_shared_bytes
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
+    tmap_c = 0 if kind == OUT_F32 else tensor_map_2d(out16, n, 64)
     cluster_tiles = math.ceil(math.ceil(m / bm) / CLUSTER_M) * math.ceil(n / bn)
     cluster = (CLUSTER_M, 1, 1)
     clusters = min(cluster_tiles, compiled.max_active_clusters(cluster, THREADS, shared))
-    compiled((clusters * CLUSTER_M,), (THREADS,), (tmap_a, tmap_b, out32, out16, m, n, k, kind),
+    compiled((clusters * CLUSTER_M,), (THREADS,), (tmap_a, tmap_b, tmap_c, out32, m, n, k, kind),
              shared_mem=shared, cluster=cluster)

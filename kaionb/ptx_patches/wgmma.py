@@ -77,28 +77,37 @@ wgmma_m64n128k16_f32_bf16 = _wgmma(128, "bf16")
 wgmma_m64n256k16_f32_bf16 = _wgmma(256, "bf16")
 
 
-def st_shared_accumulator(n: int, row_stride_bytes: int):
-    """The instruction that stores an m64nN f32 wgmma accumulator (``n/2`` floats per
-    thread) to a row-major f32 tile in shared memory: ``(addr: u32, acc)``, where ``addr``
-    is the shared address of this thread's first element (row ``16·warp + lane/4``, column
-    ``2·(lane%4)`` of the warpgroup's 64 rows) and rows are ``row_stride_bytes`` apart.
-    One ``st.shared.v2.f32`` per pair: no indexing of the tuple at run time (numba would
-    lower that to a switch)."""
+def st_shared_accumulator_swizzled(n: int, kind: str, part: int = 0, parts: int = 1):
+    """The instruction that stores columns ``[part·n/parts, (part+1)·n/parts)`` of an
+    m64nN f32 wgmma accumulator as ``kind`` ("f16" or "bf16") into the shared staging
+    layout of a TMA store with the 128-byte swizzle: 64-column boxes of 64 rows (8 KB
+    each, one after another from the buffer's start), row r's 16-byte chunk c at
+    ``r·128 + ((c ^ r%8)·16)``. ``(row_base: u32, row_xor: u32, acc)``: ``row_base`` =
+    the buffer's address + row·128 + 4·(lane%4) for this thread's first row
+    (``16·warp + lane/4``), ``row_xor`` = (row % 8)·16. Conflict-free: the 8 rows of a
+    warp's store land in 8 different chunks."""
     count = n // 2
-    lines = []
-    for j in range(n // 8):
-        lines.append(f"st.shared.v2.f32 [$0+{32 * j}], {{${4 * j + 1}, ${4 * j + 2}}};")
-        lines.append(f"st.shared.v2.f32 [$0+{8 * row_stride_bytes + 32 * j}], "
-                     f"{{${4 * j + 3}, ${4 * j + 4}}};")
+    pairs = n // 8 // parts  # column pairs (8 columns apart) per thread in this part
+    lines = ["{ .reg .b32 h, a0, a1, a2, a3, a4, a5, a6, a7;"]
+    for c in range(8):
+        lines.append(f"xor.b32 a{c}, $1, {16 * c};")
+        lines.append(f"add.u32 a{c}, a{c}, $0;")
+    for i in range(pairs):
+        j = part * pairs + i
+        box, c = divmod(i, 8)
+        for row_off, lo, hi in ((0, 4 * j + 2, 4 * j + 3), (1024, 4 * j + 4, 4 * j + 5)):
+            lines.append(f"cvt.rn.{kind}x2.f32 h, ${hi}, ${lo};")
+            lines.append(f"st.shared.b32 [a{c}+{box * 8192 + row_off}], h;")
+    lines.append("}")
     return ptx_instruction(
-        f"st_shared_accumulator_n{n}_stride{row_stride_bytes}",
+        f"st_shared_accumulator_swizzled_n{n}_{kind}_{part}of{parts}",
         "\n".join(lines),
-        inputs=(types.uint32, types.UniTuple(types.float32, count)),
+        inputs=(types.uint32, types.uint32, types.UniTuple(types.float32, count)),
         side_effect=True,
         memory=True,
-        instruction="st.shared.v2.f32",
-        doc=f"Store an m64n{n} f32 accumulator to a shared tile with "
-        f"{row_stride_bytes}-byte rows ({n // 4} ``st.shared.v2.f32``).",
+        instruction="st.shared.b32",
+        doc=f"Store part {part} of {parts} of an m64n{n} f32 accumulator as {kind} into "
+        "128-byte-swizzled 64×64 boxes (see :func:`st_shared_accumulator_swizzled`).",
     )
 
 
@@ -265,6 +274,50 @@ cp_async_bulk_tensor_2d_global_to_shared = ptx_instruction(
     doc="``cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::"
     "bytes [dst], [tensor_map, {x, y}], [bar];`` with the tensor map in global memory "
     "(generic address as u64). Assembled, not yet run on a GPU.",
+)
+
+cp_async_bulk_tensor_2d_shared_to_global = ptx_instruction(
+    "cp_async_bulk_tensor_2d_shared_to_global",
+    "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];",
+    inputs=(types.uint64, types.int32, types.int32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    instruction="cp.async.bulk.tensor.2d.global.shared::cta",
+    doc="``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tensor_map, {x, y}], "
+    "[src];``: TMA store of one box from shared memory (laid out as the map's swizzle "
+    "says); elements past the tensor are not written. Completion: bulk async-groups.",
+)
+
+cp_async_bulk_commit_group = ptx_instruction(
+    "cp_async_bulk_commit_group",
+    "cp.async.bulk.commit_group;",
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``cp.async.bulk.commit_group;``: close this thread's group of bulk stores.",
+)
+
+cp_async_bulk_wait_group_read = ptx_instruction(
+    "cp_async_bulk_wait_group_read",
+    "cp.async.bulk.wait_group.read $0;",
+    inputs=(IMM,),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``cp.async.bulk.wait_group.read N;``: wait until at most N of this thread's bulk "
+    "groups still read their shared-memory source (the buffer may then be rewritten).",
+)
+
+cp_async_bulk_wait_group = ptx_instruction(
+    "cp_async_bulk_wait_group",
+    "cp.async.bulk.wait_group $0;",
+    inputs=(IMM,),
+    side_effect=True,
+    memory=True,
+    arch=_SM90,
+    doc="``cp.async.bulk.wait_group N;``: wait until at most N of this thread's bulk "
+    "groups are pending (their writes done).",
 )
 
 bar_sync_threads = ptx_instruction(
