@@ -98,19 +98,28 @@ def assemble(ptx: str, arch: str, *, verbose: bool = True) -> str:
     Raises RuntimeError with ptxas's message when assembly fails. ``verbose`` asks for the
     register / shared-memory / spill report (``ptxas -v``).
     """
+    return _run_ptxas(ptx, arch, verbose)[0]
+
+
+def assemble_cubin(ptx: str, arch: str) -> bytes:
+    """The cubin ptxas makes of ``ptx`` for ``arch`` (RuntimeError as :func:`assemble`)."""
+    return _run_ptxas(ptx, arch, False)[1]
+
+
+def _run_ptxas(ptx: str, arch: str, verbose: bool) -> tuple[str, bytes]:
     ptxas = find_ptxas()
     if ptxas is None:
         raise RuntimeError("ptxas not found: install numba-cuda[cu12] (nvidia-cuda-nvcc-cu12)")
     with tempfile.TemporaryDirectory(prefix="kaionb-ptxas-") as tmp:
-        src = Path(tmp) / "kernel.ptx"
+        src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
-        cmd = [ptxas, f"-arch={arch}", "-o", str(Path(tmp) / "kernel.cubin"), str(src)]
+        cmd = [ptxas, f"-arch={arch}", "-o", str(out), str(src)]
         if verbose:
             cmd.insert(1, "-v")
         proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ptxas -arch={arch} failed:\n{proc.stderr.strip()}")
-    return proc.stderr
+        if proc.returncode != 0:
+            raise RuntimeError(f"ptxas -arch={arch} failed:\n{proc.stderr.strip()}")
+        return proc.stderr, out.read_bytes()
 
 
 _SPILL_RE = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")

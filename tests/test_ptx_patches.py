@@ -148,6 +148,53 @@ def k_wgmma_n128(u, f):
         f[cuda.threadIdx.x * 64 + j] = acc[j]
 
 
+STORE_F32_N256 = P.st_global_accumulator(256, "f32")
+STORE_BF16_N256 = P.st_global_accumulator(256, "bf16")
+STAGE_F16_N256 = P.st_shared_accumulator_swizzled(256, "f16", 1, 2)
+
+
+def k_wgmma_n256_trans(u, f):
+    """m64n256k16 with both transpose bits, and the accumulator stores."""
+    acc = P.accumulator_zeros(128)
+    P.wgmma_fence()
+    acc = P.wgmma_m64n256k16_f32_f16(u[0], u[1], 0, 1, 1, acc)
+    acc = P.wgmma_m64n256k16_f32_bf16(u[0], u[1], 1, 1, 0, acc)
+    P.wgmma_commit_group()
+    P.wgmma_wait_group(0)
+    STORE_F32_N256(P.global_addr(f, 0), P.global_addr(f, 8), u[2], u[3], u[4], acc)
+    STORE_BF16_N256(P.global_addr(u, 0), P.global_addr(u, 8), u[2], u[3], u[4], acc)
+    STAGE_F16_N256(u[5], u[6], acc)
+
+
+def k_cluster(u, f):
+    """Cluster rank, barriers, remote arrive, multicast TMA, TMA store and bulk groups,
+    named barrier, setmaxnreg."""
+    bar = cuda.shared.array(1, types.uint64)
+    s = cuda.shared.array(64, types.uint32)
+    b = P.shared_addr(bar, 0)
+    rank = P.cluster_ctarank()
+    if cuda.threadIdx.x == 0:
+        P.mbarrier_init(b, 2)
+        P.fence_mbarrier_init_cluster()
+    P.cluster_arrive()
+    P.cluster_wait()
+    if cuda.threadIdx.x < 128:
+        P.setmaxnreg_dec(40)
+        P.cp_async_bulk_tensor_2d_multicast(P.shared_addr(s, 0), P.global_addr(u, 64), 0, 0,
+                                            b, 3)
+        P.mbarrier_wait(b, 0)
+    else:
+        P.setmaxnreg_inc(232)
+        P.mbarrier_arrive_remote(b, rank ^ 1)
+        P.bar_sync_threads(1, 128)
+        P.cp_async_bulk_tensor_2d_shared_to_global(P.global_addr(u, 64), 0, 0,
+                                                   P.shared_addr(s, 0))
+        P.cp_async_bulk_commit_group()
+        P.cp_async_bulk_wait_group_read(0)
+        P.cp_async_bulk_wait_group(0)
+    u[cuda.threadIdx.x] = s[cuda.threadIdx.x % 64] + rank
+
+
 def k_mbarrier(u, f):
     bar = cuda.shared.array(1, types.uint64)
     s = cuda.shared.array(64, types.uint32)
@@ -238,6 +285,25 @@ CASES = {
          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"],
         True,
     ),
+    "wgmma_n256_trans": (
+        k_wgmma_n256_trans,
+        ["wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "p, 1, 1, 1, 1;",
+         "p, 1, 1, 1, 0;", "st.global.v2.f32", "cvt.rn.bf16x2.f32", "st.global.b32",
+         "cvt.rn.f16x2.f32", "st.shared.b32"],
+        True,
+    ),
+    "cluster": (
+        k_cluster,
+        ["%cluster_ctarank", "fence.mbarrier_init.release.cluster",
+         "barrier.cluster.arrive.release", "barrier.cluster.wait.acquire",
+         "mapa.shared::cluster.u32", "mbarrier.arrive.shared::cluster.b64",
+         ".multicast::cluster", "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
+         "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0",
+         "cp.async.bulk.wait_group 0", "bar.sync 1, 128", "setmaxnreg.dec.sync.aligned.u32 40",
+         "setmaxnreg.inc.sync.aligned.u32 232", "mbarrier.try_wait.parity"],
+        True,
+    ),
     "mbarrier_bulk": (
         k_mbarrier,
         ["mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
@@ -266,7 +332,7 @@ def test_instruction_compiles_and_assembles(name, cc):
 
 
 @pytest.mark.parametrize("cc", [(8, 0), (8, 9)])
-@pytest.mark.parametrize("name", ["wgmma_n64", "mbarrier_bulk"])
+@pytest.mark.parametrize("name", ["wgmma_n64", "mbarrier_bulk", "cluster"])
 def test_hopper_instruction_rejected_before_sm90(name, cc):
     kernel = CASES[name][0]
     with pytest.raises(P.ArchitectureError, match=r"needs sm_90.*compiled for sm_8"):

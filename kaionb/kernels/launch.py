@@ -12,8 +12,8 @@ and launched through the specialization the host code picked::
     _scale_rows_fwd_kernel[0]((grid,), (256,), (x, w, out))
 
 Each specialization is compiled to PTX by numba (``compile_ptx``, for the device's own
-architecture, ``sm_90a`` where the kernel asks for it), assembled to a cubin by cuda.core,
-cached on disk, loaded with the driver, and launched with ``cuLaunchKernel`` from a
+architecture, ``sm_90a`` where the kernel asks for it), assembled to a cubin by cuda.core
+(by ptxas for sm_90a, see ``_assembler``), cached on disk, loaded with the driver, and launched with ``cuLaunchKernel`` from a
 parameter buffer packed by one ``struct.pack_into`` call — no per-call typing.
 
 The registry (``all_kernels``) is what the CPU test walks to compile every specialization
@@ -33,7 +33,14 @@ import threading
 from pathlib import Path
 
 from .._device import check_driver, compute_capability, current_device, current_stream
-from .._toolchain import CHECK_ARCHS, arch_name, compile_ptx, entry_name
+from .._toolchain import (
+    CHECK_ARCHS,
+    arch_name,
+    assemble_cubin,
+    compile_ptx,
+    entry_name,
+    find_ptxas,
+)
 
 # Every kernel the package defines, in definition order (the ptxas test walks this).
 KERNELS: list["KernelDef"] = []
@@ -265,7 +272,17 @@ def all_kernels() -> list[KernelDef]:
 
 # -- PTX → cubin, and the on-disk cache ----------------------------------------------------
 
+def _assembler(arch: str) -> str:
+    """Who turns PTX into a cubin: cuda.core's Program (nvJitLink), except that
+    arch-specific (sm_90a) code goes through the ptxas binary where there is one — on the
+    H100 machine nvJitLink serialized every wgmma of the Hopper matmul (a WARPGROUP.DEPBAR
+    after each HGMMA, ~20% slower) where ptxas 12.9 and 13.0 pipeline them."""
+    return "ptxas" if arch.endswith("a") and find_ptxas() else "nvjitlink"
+
+
 def _assemble_cubin(ptx: str, arch: str) -> bytes:
+    if _assembler(arch) == "ptxas":
+        return assemble_cubin(ptx, arch)
     from cuda.core import Program, ProgramOptions
 
     return bytes(Program(ptx, "ptx", ProgramOptions(arch=arch)).compile("cubin").code)
@@ -310,7 +327,7 @@ def _cache_path(kdef: KernelDef, signature: str, arch: str) -> Path | None:
     constants = [c.cell_contents for c in (kdef.pyfunc.__closure__ or ())
                  if isinstance(c.cell_contents, (bool, int, float, str))]
     key = "|".join([_source_digest(src), kdef.pyfunc.__module__, kdef.pyfunc.__qualname__,
-                    kdef.name, repr(constants), signature, arch,
+                    kdef.name, repr(constants), signature, arch, _assembler(arch),
                     repr(sorted(kdef.options.items())),
                     getattr(numba_cuda, "__version__", "?")])
     return root / f"{kdef.name}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.cubin.pkl"
