@@ -6,16 +6,14 @@ a ``const __grid_constant__`` kernel parameter; numba cannot declare one, so kai
 encodes the map with ``cuTensorMapEncodeTiled``, copies it into device memory, and passes
 the kernel its address (the PTX ISA accepts a tensor map in the global state space).
 
-Maps are cached by (device, address, shape, row stride, box): the same operand reuses its
-map and costs one dict lookup. A map only encodes addresses and sizes, so a reused key
+Maps are cached by (device, address, shape, row stride, box), the oldest dropped past
+CACHE_SIZE: the same operand reuses its map and costs one dict lookup. A map only encodes addresses and sizes, so a reused key
 gives the same bytes even after the memory behind it was freed and reallocated.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-
 import numpy as np
 
 from ._device import check_driver
@@ -25,7 +23,7 @@ from ._device import check_driver
 BOX_INNER = 64
 CACHE_SIZE = 512
 
-_CACHE: OrderedDict[tuple, object] = OrderedDict()
+_CACHE: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
 
@@ -41,16 +39,14 @@ def tensor_map_2d(storage, ld: int, box_rows: int) -> int:
     128-byte swizzle, zeros for elements past the matrix (so edge tiles need no code)."""
     rows, cols = storage.shape
     key = (storage.device, storage.ptr, rows, cols, ld, box_rows)
-    with _LOCK:
-        held = _CACHE.get(key)
-        if held is not None:
-            _CACHE.move_to_end(key)
-            return held.ptr
+    held = _CACHE.get(key)  # a dict read is atomic: the hit path takes no lock
+    if held is not None:
+        return held.ptr
     held = _encode(storage.ptr, rows, cols, ld, box_rows)
     with _LOCK:
         _CACHE[key] = held
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        while len(_CACHE) > CACHE_SIZE:  # oldest first
+            _CACHE.pop(next(iter(_CACHE)))
     return held.ptr
 
 

@@ -192,10 +192,7 @@ class CompiledKernel:
             (err,) = self._driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz,
                                                  shared_mem, handle, ptrs_addr, 0)
         else:
-            config = self._cluster_config(cluster)
-            config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
-            config.blockDimX, config.blockDimY, config.blockDimZ = bx, by, bz
-            config.sharedMemBytes = shared_mem
+            config = self._cluster_config(cluster, (gx, gy, gz), (bx, by, bz), shared_mem)
             config.hStream = handle
             (err,) = self._driver.cuLaunchKernelEx(config, self._function, ptrs_addr, 0)
         if err != self._success:
@@ -207,32 +204,32 @@ class CompiledKernel:
         key = (cluster, block, shared_mem)
         cached = self._max_clusters.get(key)
         if cached is None:
-            config = self._driver.CUlaunchConfig()
-            attr = self._cluster_config(cluster).attrs[0]
-            config.attrs, config.numAttrs = [attr], 1
-            config.gridDimX, config.gridDimY, config.gridDimZ = _dim3(cluster)  # one cluster
-            config.blockDimX, config.blockDimY, config.blockDimZ = _dim3(block)
-            config.sharedMemBytes = shared_mem
+            config = self._cluster_config(cluster, _dim3(cluster), _dim3(block), shared_mem)
             err, cached = self._driver.cuOccupancyMaxActiveClusters(self._function, config)
             check_driver(err, f"cuOccupancyMaxActiveClusters({self.kdef.name})")
             self._max_clusters[key] = cached
         return cached
 
-    def _cluster_config(self, cluster):
-        """A per-thread CUlaunchConfig carrying the cluster-dimension attribute."""
+    def _cluster_config(self, cluster, grid, block, shared_mem):
+        """A per-thread CUlaunchConfig with the cluster-dimension attribute, built once per
+        (cluster, grid, block, shared_mem): setting its fields costs more than a launch."""
         configs = getattr(self._local, "cluster_configs", None)
         if configs is None:
             configs = self._local.cluster_configs = {}
-        config = configs.get(cluster)
+        key = (cluster, grid, block, shared_mem)
+        config = configs.get(key)
         if config is None:
             driver = self._driver
             attr = driver.CUlaunchAttribute()
             attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = (
                 _dim3(cluster))
-            config = configs[cluster] = driver.CUlaunchConfig()
+            config = configs[key] = driver.CUlaunchConfig()
             config.attrs = [attr]
             config.numAttrs = 1
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid
+            config.blockDimX, config.blockDimY, config.blockDimZ = block
+            config.sharedMemBytes = shared_mem
         return config
 
     def __repr__(self) -> str:

@@ -578,9 +578,6 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
         fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
     kind = _OUT_KIND[out.dtype]
-    out32 = out if kind == OUT_F32 else out._view((0, 0), (4, 4), dtype=_F32)
-    out16 = (out._view(out.shape, out.strides, dtype=_U16) if kind != OUT_F32
-             else out._view((0, 0), (2, 2), dtype=_U16))
     out_vec = out.ptr % 16 == 0 and n % 8 == 0
     dtype_key = _DTYPE_KEY[np.dtype(dtype)]
 
@@ -598,8 +595,12 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
                        else None)
     if hopper_tile is not None:
         matmul_hopper.launch(dtype_key, hopper_tile, sa, lda, a_kmajor, sb, ldb, b_kmajor,
-                             out32, out16, m, n, k, kind)
+                             out, m, n, k, kind)
         return out
+
+    out32 = out if kind == OUT_F32 else out._view((0, 0), (4, 4), dtype=_F32)
+    out16 = (out._view(out.shape, out.strides, dtype=_U16) if kind != OUT_F32
+             else out._view((0, 0), (2, 2), dtype=_U16))
 
     if not a_kmajor and b_kmajor:  # TT: make B N-major (one copy of B)
         sb, ldb, b_kmajor = _storage(op, "b", b.copy(), k_axis=0)

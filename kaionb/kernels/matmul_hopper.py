@@ -54,7 +54,6 @@ from ..ptx_patches import (
     device_function,
     fence_mbarrier_init_cluster,
     fence_proxy_async_shared,
-    global_addr,
     make_smem_desc,
     mbarrier_arrive_expect_tx,
     mbarrier_arrive_remote,
@@ -90,6 +89,7 @@ CONSUMER_THREADS = 128 * CONSUMERS
 # of it from L2 and multicasting it to all (less L2 -> SM traffic per FLOP).
 CLUSTER_M = 2
 CLUSTER_MASK = (1 << CLUSTER_M) - 1
+_CLUSTER = (CLUSTER_M, 1, 1)
 STAGED_COLS = 128  # output columns a consumer stages per TMA store (16-bit outputs)
 # Register split (setmaxnreg) of the 168 per thread a 384-thread block starts with:
 # 128 × 56 + 256 × 224 = 384 × 168.
@@ -111,7 +111,7 @@ _WGMMA = {
     ("bf16", 256): wgmma_m64n256k16_f32_bf16,
 }
 
-_SIGNATURE = "void(uint64, uint64, uint64, float32[:, ::1], int32, int32, int32, int32)"
+_SIGNATURE = "void(uint64, uint64, uint64, uint64, int32, int32, int32, int32)"
 
 
 @device_function
@@ -193,7 +193,7 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
 
     @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0),
             max_dynamic_shared_bytes=SHARED_BYTES, launch_bounds=THREADS)
-    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out32, M, N, K, kind):
+    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out, M, N, K, kind):
         smem = cuda.shared.array(0, uint8)
         smem0 = int32(shared_addr(smem, 0))
         ring = (smem0 + ATOM - 1) // ATOM * ATOM  # swizzled tiles start on an atom
@@ -308,8 +308,7 @@ def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
                 if kind == OUT_F32:  # straight from registers: whole 32-byte sectors
                     r0 = m0 + row
                     offset = int64(r0) * N + n0 + col
-                    base = global_addr(out32, (0, 0))
-                    store_f32(base + uint64(offset * 4), base + uint64((offset + 8 * N) * 4),
+                    store_f32(out + uint64(offset * 4), out + uint64((offset + 8 * N) * 4),
                               uint32(r0 < M), uint32(r0 + 8 < M), N - (n0 + col), acc)
                 else:  # 16-bit: through the staging buffer and TMA stores, asynchronous
                     for part in range(PARTS):
@@ -364,20 +363,19 @@ def choose_tile(m: int, n: int, sms: int) -> str | None:
 
 
 def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_kmajor: bool,
-           out32, out16, m: int, n: int, k: int, kind: int) -> None:
+           out, m: int, n: int, k: int, kind: int) -> None:
     """Launch the variant for storage matrices ``sa`` (A: M×K K-major or K×M) and ``sb``
-    (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and an
-    output whose rows are whole 16-byte chunks: ``out32`` (kind OUT_F32) or the uint16
-    bits ``out16``. The grid is persistent: as many clusters as fit on the GPU at once,
-    or fewer where there are fewer cluster tiles."""
+    (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and a
+    row-major M×N output ``out`` of ``kind`` whose rows are whole 16-byte chunks. The grid
+    is persistent: as many clusters as fit on the GPU at once, or fewer where there are
+    fewer cluster tiles."""
     bm, bn, bk, _ = TILES[tile]
     compiled = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)][0]
     shared = compiled.kdef.max_dynamic_shared_bytes
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
-    tmap_c = 0 if kind == OUT_F32 else tensor_map_2d(out16, n, 64)
-    cluster_tiles = math.ceil(math.ceil(m / bm) / CLUSTER_M) * math.ceil(n / bn)
-    cluster = (CLUSTER_M, 1, 1)
-    clusters = min(cluster_tiles, compiled.max_active_clusters(cluster, THREADS, shared))
-    compiled((clusters * CLUSTER_M,), (THREADS,), (tmap_a, tmap_b, tmap_c, out32, m, n, k, kind),
-             shared_mem=shared, cluster=cluster)
+    tmap_c = 0 if kind == OUT_F32 else tensor_map_2d(out, n, 64)
+    cluster_tiles = -(-m // (bm * CLUSTER_M)) * -(-n // bn)  # ceil divisions
+    clusters = min(cluster_tiles, compiled.max_active_clusters(_CLUSTER, THREADS, shared))
+    compiled((clusters * CLUSTER_M,), THREADS, (tmap_a, tmap_b, tmap_c, out.ptr, m, n, k, kind),
+             shared_mem=shared, cluster=_CLUSTER)
