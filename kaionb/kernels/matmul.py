@@ -507,7 +507,9 @@ def _storage(op: str, name: str, x: DeviceArray, k_axis: int):
         ld = x.strides[0] // isz if rows > 1 else cols
         if rows > 1 and x.strides[0] % isz:
             fail(ValueError, op, name, "strides in whole elements", x.strides)
-        storage, kmajor = x._view((rows, cols), (max(ld, 1) * isz, isz)), k_axis == 1
+        strides = (max(ld, 1) * isz, isz)
+        storage = x if x.strides == strides else x._view((rows, cols), strides)
+        kmajor = k_axis == 1
     elif rows == 1 or x.strides[0] == isz:
         ld = x.strides[1] // isz
         storage, kmajor = x._view((cols, rows), (ld * isz, isz)), k_axis == 0
