@@ -1,15 +1,19 @@
-"""asv: tensor-core matmul (kaionb.matmul, mma.sync) against cuBLAS (torch.matmul) at the
-same dtype, f32 accumulation, output in the input dtype."""
+"""asv: tensor-core matmul against cuBLAS (torch.matmul) at the same dtype, f32
+accumulation, output in the input dtype: ``kaionb.matmul`` (on an H100 the wgmma kernel
+where the shape fills the GPU, else mma.sync) and the mma.sync cp.async kernel on the
+same shape, so both paths have a history."""
 
 import numpy as np
 
 
 class TimeMatmul:
-    params = (["f16", "bf16"], ["1024", "4096", "8192", "decode1", "decode16", "decode128"])
+    params = (["f16", "bf16"],
+              ["1024", "2048", "4096", "8192", "decode1", "decode16", "decode128"])
     param_names = ["dtype", "shape"]
     timeout = 300
 
-    SHAPES = {"1024": (1024, 1024, 1024), "4096": (4096, 4096, 4096),
+    SHAPES = {"1024": (1024, 1024, 1024), "2048": (2048, 2048, 2048),
+              "4096": (4096, 4096, 4096),
               "8192": (8192, 8192, 8192), "decode1": (1, 4096, 4096),
               "decode16": (16, 4096, 4096), "decode128": (128, 4096, 4096)}
 
@@ -33,11 +37,16 @@ class TimeMatmul:
         self.mm = mm
         for _ in range(3):  # compile, load, warm up
             self._kaionb()
+            self._mma_sync()
             self._cublas()
         torch.cuda.synchronize()
 
     def _kaionb(self):
         return self.mm.matmul(self.ka, self.kb, out_dtype=self.out_dtype)
+
+    def _mma_sync(self):
+        return self.mm.matmul_fwd("asv", self.ka, self.kb, dtype=self.out_dtype,
+                                  pipeline="async", out_dtype=self.out_dtype)
 
     def _cublas(self):
         return self.torch.matmul(self.a, self.b)
@@ -72,3 +81,8 @@ class TimeMatmul:
         return self._ms(self._cublas) / self._ms(self._kaionb)
 
     track_ratio_to_cublas.unit = "ratio"
+
+    def track_mma_sync_ratio_to_cublas(self, dtype, shape):
+        return self._ms(self._cublas) / self._ms(self._mma_sync)
+
+    track_mma_sync_ratio_to_cublas.unit = "ratio"

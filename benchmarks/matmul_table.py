@@ -5,9 +5,11 @@
 
 For each shape (256³ … 8192³, and decode shapes M ∈ {1, 16, 128} with K = N = 4096) and
 input dtype: TFLOP/s of ``kaionb.matmul`` (the kernel the dispatcher picks: on an H100 the
-wgmma kernel where the shape fills the GPU), of the mma.sync cp.async kernel on the same
-shape (``matmul_fwd(pipeline="async")``), and of torch.matmul (cuBLAS) with f32
-accumulation (reduced-precision reductions off); all write the input dtype.
+wgmma kernel where the shape fills the GPU), of that wgmma kernel launched alone (no
+validation or allocation: what the host path costs shows as the difference), of the
+mma.sync cp.async kernel on the same shape (``matmul_fwd(pipeline="async")``), and of
+torch.matmul (cuBLAS) with f32 accumulation (reduced-precision reductions off); all write
+the input dtype.
 ``--shapes`` times a subset: N for N³ or MxNxK, comma-separated. Timing: CUDA events
 around batches of calls after a warm-up, median of the batches; inputs are random normals
 (never zeros).
@@ -81,19 +83,32 @@ def run(dtypes, shapes=SHAPES):
             t_kaionb = bench_ms(torch, lambda: mm.matmul(ka, kb, out_dtype=kdt[name]), flops)
             t_mma = bench_ms(torch, lambda: mm.matmul_fwd(
                 "bench", ka, kb, dtype=kdt[name], pipeline="async", out_dtype=kdt[name]), flops)
-            row = dict(dtype=name, m=m, n=n, k=k, kernel=kernel_name(m, n, k, sms),
+            kernel = kernel_name(m, n, k, sms)
+            t_launch = None
+            if kernel.startswith("wgmma"):  # the kernel alone: no validation, no allocation
+                out = kaionb.empty((m, n), kdt[name])
+                sa, lda, a_kmajor = mm._storage("bench", "a", ka, k_axis=1)
+                sb, ldb, b_kmajor = mm._storage("bench", "b", kb, k_axis=0)
+                launch = lambda: mh.launch(name, kernel.split()[1], sa, lda, a_kmajor, sb, ldb,
+                                           b_kmajor, out, m, n, k, mm._OUT_KIND[out.dtype])
+                t_launch = bench_ms(torch, launch, flops)
+            row = dict(dtype=name, m=m, n=n, k=k, kernel=kernel,
                        cublas_tflops=flops / t_cublas / 1e9,
                        kaionb_tflops=flops / t_kaionb / 1e9,
                        mma_sync_tflops=flops / t_mma / 1e9,
                        cublas_us=t_cublas * 1e3, kaionb_us=t_kaionb * 1e3,
-                       mma_sync_us=t_mma * 1e3)
+                       mma_sync_us=t_mma * 1e3,
+                       launch_tflops=flops / t_launch / 1e9 if t_launch else None)
             row["ratio"] = row["kaionb_tflops"] / row["cublas_tflops"]
             row["mma_sync_ratio"] = row["mma_sync_tflops"] / row["cublas_tflops"]
+            row["launch_ratio"] = (row["launch_tflops"] / row["cublas_tflops"]
+                                   if t_launch else None)
             rows.append(row)
             print(f"{name:4} {m:5}x{n:5}x{k:5} {row['kernel']:22} cuBLAS "
                   f"{row['cublas_tflops']:6.1f}  kaionb {row['kaionb_tflops']:6.1f} "
                   f"({row['ratio']:.2f})  mma.sync {row['mma_sync_tflops']:6.1f} "
-                  f"({row['mma_sync_ratio']:.2f})  [{row['kaionb_us']:.1f} vs "
+                  f"({row['mma_sync_ratio']:.2f})  kernel alone "
+                  f"{row['launch_ratio'] or 0:.2f}  [{row['kaionb_us']:.1f} vs "
                   f"{row['cublas_us']:.1f} us]", flush=True)
     return rows
 
@@ -101,12 +116,16 @@ def run(dtypes, shapes=SHAPES):
 def table(rows, gpu):
     lines = [f"GPU: {gpu}. TFLOP/s (ratio to cuBLAS). Output dtype = input dtype.", "",
              "| dtype | M×N×K | kaionb.matmul runs | cuBLAS | kaionb.matmul | "
-             "mma.sync async |", "|---|---|---|---|---|---|"]
+             "wgmma kernel alone | mma.sync async | µs/call kaionb, cuBLAS |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        alone = (f"{r['launch_tflops']:.1f} ({r['launch_ratio']:.2f})" if r["launch_ratio"]
+                 else "–")
         lines.append(f"| {r['dtype']} | {r['m']}×{r['n']}×{r['k']} | {r['kernel']} | "
                      f"{r['cublas_tflops']:.1f} | {r['kaionb_tflops']:.1f} "
-                     f"({r['ratio']:.2f}) | {r['mma_sync_tflops']:.1f} "
-                     f"({r['mma_sync_ratio']:.2f}) |")
+                     f"({r['ratio']:.2f}) | {alone} | {r['mma_sync_tflops']:.1f} "
+                     f"({r['mma_sync_ratio']:.2f}) | {r['kaionb_us']:.1f}, "
+                     f"{r['cublas_us']:.1f} |")
     return "\n".join(lines)
 
 

@@ -24,6 +24,10 @@ keeps the storage orientation, and ldmatrix's ``.trans`` turns it into the mma f
 Leading dimensions travel as int32 scalars. A·B with both operands transposed (TT) copies
 B once; arrays with no unit stride are copied.
 
+On compute capability 9.0 the public entries run the wgmma kernel of :mod:`.matmul_hopper`
+instead wherever it can (16-byte aligned rows) and the output fills at least ~half the GPU
+with 128×128 tiles; the kernels below serve every other GPU, shape and layout.
+
 Shared tiles are swizzled (``helpers.tiles``: 16-byte chunk ^= line bits), tiles wider
 than 64 elements are stored as 64-column panels so every ldmatrix phase (8 rows × 16 B)
 and every 16-byte store hits 8 different bank groups.

@@ -5,30 +5,36 @@
 The H100's tensor cores reach their dense peak only through ``wgmma.mma_async`` (the
 ``mma.sync`` path of :mod:`.matmul` tops out near 600 TFLOP/s); this is the kernel the
 matmul entries run on compute capability 9.0 when the operands allow it. Design as in
-CUTLASS's sm90 warp-specialized GEMM (https://github.com/NVIDIA/cutlass, "cooperative"
-schedule) and the PTX ISA's asynchronous warpgroup MMA chapter.
+CUTLASS's sm90 warp-specialized persistent "cooperative" GEMM
+(https://github.com/NVIDIA/cutlass) and the PTX ISA's asynchronous warpgroup MMA chapter;
+what each piece gained is in docs/perf-log-matmul.md.
 
-Block of 3 warpgroups (384 threads), one BM×BN tile of C (rasterized in groups of
-GROUP_M tile rows so a wave's A and B panels stay in L2):
+Block of 3 warpgroups (384 threads) computing BM×BN tiles of C, persistent (as many
+2-CTA clusters as fit; each walks the tiles t, t + clusters, ... rasterized in groups of
+GROUP_ROWS cluster rows so a wave's A and B panels stay in L2):
 
-    producer   warpgroup 0; one thread issues, per K-step of BK, the TMA copies of the
-               A and B tiles into stage ``kt % STAGES`` of the ring once consumers have
-               released it (``empty`` mbarrier), signalling the ``full`` mbarrier with the
-               byte count. TMA zero-fills what lies past the matrix: edge tiles and any K
-               need no other code.
-    consumers  warpgroups 1 and 2, rows 0-63 and 64-127 of the tile: wait ``full``, run
-               BK/16 ``wgmma m64nBNk16`` on the stage (descriptors into the 128-byte
-               swizzled tiles), commit, and release the *previous* stage once its group
-               has retired (``wgmma.wait_group 1``), so one group is always in flight.
-    epilogue   accumulators -> an f32 C tile in shared memory (the drained ring) -> 16-byte
-               coalesced stores in the output dtype, bounds-checked (helpers.epilogue).
+    producer   warpgroup 0 (56 registers after setmaxnreg); its warp 0 walks every K-step
+               of every tile, lane 0 issuing the TMA copies into stage ``step % STAGES``
+               of the ring once every consumer of the cluster released it (``empty``
+               mbarrier), with the byte count on the ``full`` mbarrier. A is the CTA's own;
+               B is shared by the cluster (same N tile, neighbouring M tiles): each CTA
+               loads half and multicasts it to both. TMA zero-fills what lies past the
+               matrix: edge tiles and any K need no other code.
+    consumers  warpgroups 1 and 2 (224 registers), rows 0-63 and 64-127 of the tile: wait
+               ``full``, run BK/16 ``wgmma m64nBNk16`` on the stage (descriptors into the
+               128-byte swizzled tiles), commit, and release the *previous* stage in both
+               CTAs once its group has retired (``wgmma.wait_group 1``).
+    epilogue   16-bit outputs: accumulators -> a 128-byte-swizzled staging buffer (128
+               columns at a time) -> TMA stores, asynchronous, while the producer already
+               fills the ring for the next tile; f32 outputs: straight from registers
+               (whole 32-byte sectors). Both clip at M and N.
 
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
 M/N-major tiles through wgmma's transpose bits. The tensor maps (:mod:`kaionb._tensor_map`)
 are built on the host and passed by global address: numba cannot declare a
 ``__grid_constant__`` parameter. Requirements (else the mma.sync kernels run): 16-byte
-aligned storage and row strides.
+aligned storage, operand row strides and output rows (N % 8 == 0).
 """
 
 from __future__ import annotations

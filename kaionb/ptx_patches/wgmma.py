@@ -22,14 +22,13 @@ links for the current device). Compiling these for sm_80/89 raises
 TMA (``cp.async.bulk.tensor``): the CUDA idiom passes the 128-byte CUtensorMap as a
 ``const __grid_constant__`` kernel parameter; numba has no way to declare one (kernel
 arguments are numba types, and there is no 128-byte opaque by-value parameter nor the
-``.param`` address it would need). What works instead: (1) the 1-D bulk copy
-``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`` below, which needs no
-tensor map — a contiguous run of bytes (multiple of 16) per copy, completion signalled on
-an mbarrier; or (2) a tensor map encoded on the host (``cuTensorMapEncodeTiled``), copied
-into global memory, and passed as a uint64 generic address to
-:data:`cp_async_bulk_tensor_2d_global_to_shared` (the ISA accepts a tensor map in global
-memory; prefetch it with ``prefetch.tensormap``). (2) is declared and assembled here but
-not yet exercised on a GPU; (1) and cp.async + mbarrier are the tested paths.
+``.param`` address it would need). kaionb encodes the map on the host
+(``cuTensorMapEncodeTiled``, :mod:`kaionb._tensor_map`), copies it into global memory and
+passes its generic address as a uint64 (the ISA accepts a tensor map in the global state
+space; prefetch it with ``prefetch.tensormap``): the loads and stores of
+:mod:`kaionb.kernels.matmul_hopper` run this way on the H100. The 1-D bulk copy
+``cp.async.bulk`` needs no map. Cluster instructions (multicast TMA, remote mbarrier
+arrive) are in :mod:`.cluster`.
 """
 
 from llvmlite import ir
@@ -273,7 +272,7 @@ cp_async_bulk_tensor_2d_global_to_shared = ptx_instruction(
     instruction="cp.async.bulk.tensor.2d",
     doc="``cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::"
     "bytes [dst], [tensor_map, {x, y}], [bar];`` with the tensor map in global memory "
-    "(generic address as u64). Assembled, not yet run on a GPU.",
+    "(generic address as u64); (x, y) = (column, row) of the box's first element.",
 )
 
 cp_async_bulk_tensor_2d_shared_to_global = ptx_instruction(
