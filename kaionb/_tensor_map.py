@@ -33,21 +33,22 @@ def tma_compatible(storage, ld: int) -> bool:
     return storage.ptr % 16 == 0 and (ld * 2) % 16 == 0 and ld * 2 < 2**40
 
 
-def tensor_map_2d(storage, ld: int, box_rows: int) -> int:
-    """Device address of a tensor map over the row-major uint16 matrix ``storage``
-    (rows × cols, ``ld`` elements a row): boxes of ``box_rows`` rows × 64 columns, the
+def tensor_map_2d(storage, ld: int, box_rows: int):
+    """A tensor map over the row-major 16-bit matrix ``storage`` (rows × cols, ``ld``
+    elements a row), in device memory (a DeviceArray: pass ``.ptr`` to the kernel, and keep
+    the array while a launch may read it): boxes of ``box_rows`` rows × 64 columns, the
     128-byte swizzle, zeros for elements past the matrix (so edge tiles need no code)."""
     rows, cols = storage.shape
     key = (storage.device, storage.ptr, rows, cols, ld, box_rows)
     held = _CACHE.get(key)  # a dict read is atomic: the hit path takes no lock
     if held is not None:
-        return held.ptr
+        return held
     held = _encode(storage.ptr, rows, cols, ld, box_rows)
     with _LOCK:
         _CACHE[key] = held
         while len(_CACHE) > CACHE_SIZE:  # oldest first
             _CACHE.pop(next(iter(_CACHE)))
-    return held.ptr
+    return held
 
 
 def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int):

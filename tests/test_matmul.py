@@ -310,3 +310,32 @@ def test_wgmma_refuses_unaligned_rows():
     with pytest.raises(ValueError, match=r"argument 'a, b' expected .*16-byte aligned"):
         mm.matmul_fwd("t", a, b, dtype=F16, pipeline="wgmma")
     check_matmul(mm.matmul, 64, 64, 64, F16)  # the context is still usable
+
+
+@gpu
+@hopper
+def test_wgmma_plan_cache_repeats_and_checks_out():
+    """A repeated call reuses the launch plan (no re-validation of the operands), still
+    checks and honours ``out``/``out_dtype``, and a misaligned ``out`` goes the long way."""
+    rng = np.random.default_rng(7)
+    m, n, k = 2048, 2048, 520
+    a = random_array((m, k), F16, rng=rng)
+    b = random_array((k, n), F16, rng=rng)
+    da, db = kaionb.asarray(a), kaionb.asarray(b)
+    ref = mm.matmul_ref(a, b)
+    mm._HOPPER_PLANS.clear()
+    first = mm.matmul(da, db).get()
+    assert len(mm._HOPPER_PLANS) == 1
+    assert relative_error(first, ref) < TOL[F16]
+    for out_dtype in (F16, bfloat16, np.float32):
+        out = poisoned((m, n), out_dtype)
+        assert mm.matmul(da, db, out=out) is out
+        assert relative_error(out.get(), ref) < TOL[F16] + OUT_TOL[np.dtype(out_dtype)]
+    assert np.array_equal(mm.matmul(da, db).get().view(np.uint32), first.view(np.uint32))
+    assert len(mm._HOPPER_PLANS) == 1
+    with pytest.raises(ValueError, match="out"):
+        mm.matmul(da, db, out=kaionb.empty((m, n + 8), np.float32))
+    flat = kaionb.empty((m * n + 1,), np.float32)
+    shifted = flat[1:].reshape(m, n)  # 4 bytes past a 16-byte boundary
+    assert mm.matmul(da, db, out=shifted) is shifted
+    assert relative_error(shifted.get(), ref) < TOL[F16]

@@ -794,7 +794,7 @@ def test_wgmma_m64n64k16_vs_numpy(dtype):
             # Each k-step of 16 halves starts 32 bytes further into the 128-byte rows.
             da = P.make_smem_desc(P.shared_addr(sa, 0) + 32 * ks, 16, 1024, 128)
             db = P.make_smem_desc(P.shared_addr(sb, 0) + 32 * ks, 16, 1024, 128)
-            acc = fn(da, db, 1 if ks > 0 else 0, acc)
+            acc = fn(da, db, 1 if ks > 0 else 0, 0, 0, acc)
         P.wgmma_commit_group()
         P.wgmma_wait_group(0)
         warp, lane = tid // 32, tid % 32

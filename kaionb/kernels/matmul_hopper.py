@@ -40,6 +40,7 @@ aligned storage, operand row strides and output rows (N % 8 == 0).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from numba import cuda, int32, int64, uint8, uint32, uint64
 
@@ -368,20 +369,43 @@ def choose_tile(m: int, n: int, sms: int) -> str | None:
     return None
 
 
+class LaunchPlan(NamedTuple):
+    """Everything a launch needs that does not depend on the output: the operands' tensor
+    maps (held, so they stay alive while the plan is cached), the grid, the kernel."""
+
+    compiled: object
+    shared: int
+    grid: int
+    tmap_a: object
+    tmap_b: object
+    m: int
+    n: int
+    k: int
+
+
 def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_kmajor: bool,
-           out, m: int, n: int, k: int, kind: int) -> None:
+           out, m: int, n: int, k: int, kind: int) -> LaunchPlan:
     """Launch the variant for storage matrices ``sa`` (A: M×K K-major or K×M) and ``sb``
     (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and a
     row-major M×N output ``out`` of ``kind`` whose rows are whole 16-byte chunks. The grid
     is persistent: as many clusters as fit on the GPU at once, or fewer where there are
-    fewer cluster tiles."""
+    fewer cluster tiles. Returns the plan, which :func:`run` launches again for another
+    output."""
     bm, bn, bk, _ = TILES[tile]
     compiled = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)][0]
     shared = compiled.kdef.max_dynamic_shared_bytes
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
-    tmap_c = 0 if kind == OUT_F32 else tensor_map_2d(out, n, 64)
     cluster_tiles = -(-m // (bm * CLUSTER_M)) * -(-n // bn)  # ceil divisions
     clusters = min(cluster_tiles, compiled.max_active_clusters(_CLUSTER, THREADS, shared))
-    compiled((clusters * CLUSTER_M,), THREADS, (tmap_a, tmap_b, tmap_c, out.ptr, m, n, k, kind),
-             shared_mem=shared, cluster=_CLUSTER)
+    plan = LaunchPlan(compiled, shared, clusters * CLUSTER_M, tmap_a, tmap_b, m, n, k)
+    run(plan, out, kind)
+    return plan
+
+
+def run(plan: LaunchPlan, out, kind: int) -> None:
+    """Launch ``plan`` writing ``out`` (M×N, kind, rows whole 16-byte chunks)."""
+    tmap_c = 0 if kind == OUT_F32 else tensor_map_2d(out, plan.n, 64).ptr
+    plan.compiled((plan.grid,), THREADS,
+                  (plan.tmap_a.ptr, plan.tmap_b.ptr, tmap_c, out.ptr, plan.m, plan.n, plan.k,
+                   kind), shared_mem=plan.shared, cluster=_CLUSTER)
