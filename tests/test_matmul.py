@@ -295,6 +295,7 @@ def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
     monkeypatch.setattr(mh, "launch", lambda *args: launched.append(args[1]) or real(*args))
     for fn in (mm.matmul_tc, mm.matmul_tc_bf16_async, mm.matmul):
         dtype = bfloat16 if fn is mm.matmul_tc_bf16_async else F16
+        mm._HOPPER_PLANS.clear()  # a recycled address would reuse a plan: no launch() call
         check_matmul(fn, 2048, 2048, 264, dtype, "tt")
     assert launched == ["wide"] * 3
     check_matmul(mm.matmul, 2047, 2048, 264, F16, "tn")  # A's rows: 2047 elements
@@ -339,3 +340,7 @@ def test_wgmma_plan_cache_repeats_and_checks_out():
     shifted = flat[1:].reshape(m, n)  # 4 bytes past a 16-byte boundary
     assert mm.matmul(da, db, out=shifted) is shifted
     assert relative_error(shifted.get(), ref) < TOL[F16]
+    strided = kaionb.asarray(np.ascontiguousarray(np.repeat(a, 2, axis=1)))[:, ::2]
+    for _ in range(2):  # copied operands (no unit stride) are never planned
+        assert relative_error(mm.matmul(strided, db).get(), ref) < TOL[F16]
+    assert len(mm._HOPPER_PLANS) == 1

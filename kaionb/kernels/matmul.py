@@ -584,10 +584,10 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
                b.dtype, b.device, dtype)
         plan = _HOPPER_PLANS.get(key)
         if plan is not None:
-            out = _hopper_out(op, out, out_dtype, plan.m, plan.n, a.device)
-            if out is not None:
-                matmul_hopper.run(plan, out, _OUT_KIND[out.dtype])
-                return out
+            result = _hopper_out(op, out, out_dtype, plan.m, plan.n, a.device)
+            if result is not None:
+                matmul_hopper.run(plan, result, _OUT_KIND[result.dtype])
+                return result
     else:
         key = None
     a = as_array(op, "a", a, dtypes=(dtype,))
@@ -637,7 +637,8 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     if hopper_tile is not None:
         plan = matmul_hopper.launch(dtype_key, hopper_tile, sa, lda, a_kmajor, sb, ldb,
                                     b_kmajor, out, m, n, k, kind)
-        if key is not None:
+        # Only plans over the operands' own memory: a copied operand dies with this call.
+        if key is not None and sa.ptr == a.ptr and sb.ptr == b.ptr:
             if len(_HOPPER_PLANS) >= HOPPER_PLAN_CACHE:
                 _HOPPER_PLANS.pop(next(iter(_HOPPER_PLANS)))  # the oldest
             _HOPPER_PLANS[key] = plan
