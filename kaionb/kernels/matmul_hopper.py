@@ -149,10 +149,11 @@ def _tile_origin(t, tiles_m, tiles_n, rank, BM, BN):
 
 
 def _make_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
-    """One variant. Arguments: the device addresses of A's and B's tensor maps, the
-    output as f32 (``kind`` OUT_F32) or uint16 bits (OUT_F16/OUT_BF16; the other is a
-    dummy), M, N, K and kind. The output's rows must hold whole 16-byte chunks (N % 8 == 0,
-    16-byte aligned base): the epilogue stores column pairs straight from registers."""
+    """One variant. Arguments: the device addresses of A's, B's and C's tensor maps (C's
+    only for 16-bit outputs, else 0), the output's address, M, N, K and ``kind``
+    (OUT_F32 / OUT_F16 / OUT_BF16). The output is row-major M×N with rows of whole 16-byte
+    chunks (N % 8 == 0, 16-byte aligned base): f32 pairs are stored straight from
+    registers, 16-bit tiles through TMA."""
     BM, BN, BK, STAGES = TILES[tile]
     if BK != BOX_INNER:
         raise ValueError(f"tile {tile}: BK must be {BOX_INNER} (one swizzled line, 4 k-steps)")
