@@ -7,13 +7,15 @@ encodes the map with ``cuTensorMapEncodeTiled``, copies it into device memory, a
 the kernel its address (the PTX ISA accepts a tensor map in the global state space).
 
 Maps are cached by (device, address, shape, row stride, box), the oldest dropped past
-CACHE_SIZE: the same operand reuses its map and costs one dict lookup. A map only encodes addresses and sizes, so a reused key
-gives the same bytes even after the memory behind it was freed and reallocated.
+CACHE_SIZE: the same operand reuses its map and costs one dict lookup. A map only encodes
+addresses and sizes, so a reused key gives the same bytes even after the memory behind it
+was freed and reallocated.
 """
 
 from __future__ import annotations
 
 import threading
+
 import numpy as np
 
 from ._device import check_driver

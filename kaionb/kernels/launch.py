@@ -13,8 +13,9 @@ and launched through the specialization the host code picked::
 
 Each specialization is compiled to PTX by numba (``compile_ptx``, for the device's own
 architecture, ``sm_90a`` where the kernel asks for it), assembled to a cubin by cuda.core
-(by ptxas for sm_90a, see ``_assembler``), cached on disk, loaded with the driver, and launched with ``cuLaunchKernel`` from a
-parameter buffer packed by one ``struct.pack_into`` call — no per-call typing.
+(by ptxas for sm_90a, see ``_assembler``), cached on disk, loaded with the driver, and
+launched with ``cuLaunchKernel`` (``cuLaunchKernelEx`` for clusters) from a parameter
+buffer packed by one ``struct.pack_into`` call — no per-call typing.
 
 The registry (``all_kernels``) is what the CPU test walks to compile every specialization
 of every kernel for sm_80, sm_89 and sm_90a and assemble it with ptxas.

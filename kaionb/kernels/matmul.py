@@ -551,20 +551,19 @@ _HOPPER_PLANS: dict[tuple, "matmul_hopper.LaunchPlan"] = {}
 HOPPER_PLAN_CACHE = 256
 
 
-def _hopper_out(op: str, out, out_dtype, m: int, n: int, device: int):
-    """The output of a cached Hopper plan: ``out`` checked, or a new array; None when a
-    given ``out`` cannot take the kernel's 16-byte stores (the caller goes the long way)."""
+def _output(op: str, out, out_dtype, shape: tuple, a: DeviceArray) -> DeviceArray:
+    """The output: ``out`` checked (shape, dtype, ``a``'s device, contiguous), or a new
+    array of ``out_dtype`` (default: ``out``'s dtype, else float32)."""
     out_dtype = np.dtype(out_dtype if out_dtype is not None
                          else (out.dtype if out is not None else np.float32))
     if out_dtype not in _OUT_KIND:
         fail(TypeError, op, "out_dtype", "float32, float16 or bfloat16", out_dtype)
     if out is None:
-        return empty((m, n), out_dtype)
-    out = check_out(op, out, (m, n), out_dtype)
-    if out.device != device:
-        return None
+        return empty(shape, out_dtype)
+    out = check_out(op, out, shape, out_dtype)
+    check_same_device(op, a=a, out=out)
     check_contiguous(op, "out", out)
-    return out if out.ptr % 16 == 0 else None
+    return out
 
 
 def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
@@ -584,8 +583,8 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
                b.dtype, b.device, dtype)
         plan = _HOPPER_PLANS.get(key)
         if plan is not None:
-            result = _hopper_out(op, out, out_dtype, plan.m, plan.n, a.device)
-            if result is not None:
+            result = _output(op, out, out_dtype, (plan.m, plan.n), a)
+            if result.ptr % 16 == 0:  # else the long way: mma.sync takes any output
                 matmul_hopper.run(plan, result, _OUT_KIND[result.dtype])
                 return result
     else:
@@ -599,16 +598,7 @@ def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
     if kb != k:
         fail(ValueError, op, "b", f"{k} rows (a is {a.shape}: inner dimensions must match)",
               f"shape {b.shape}")
-    out_dtype = np.dtype(out_dtype if out_dtype is not None
-                         else (out.dtype if out is not None else np.float32))
-    if out_dtype not in _OUT_KIND:
-        fail(TypeError, op, "out_dtype", "float32, float16 or bfloat16", out_dtype)
-    if out is None:
-        out = empty((m, n), out_dtype)
-    else:
-        out = check_out(op, out, (m, n), out_dtype)
-        check_same_device(op, a=a, out=out)
-        check_contiguous(op, "out", out)
+    out = _output(op, out, out_dtype, (m, n), a)
     if out.size == 0:
         return out
     if k == 0:
