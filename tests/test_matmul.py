@@ -139,6 +139,40 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(128, 4096, 132) is None
 
 
+def test_wgmma_plan_cache_host_logic(monkeypatch):
+    """The dispatcher's Hopper plan cache, with the GPU calls replaced: a repeated call
+    runs the cached plan on a fresh output, a given ``out`` is still checked, and other
+    operands (another address or layout) get plans of their own."""
+    launched, ran = [], []
+
+    def launch(dtype, tile, sa, lda, a_kmajor, sb, ldb, b_kmajor, out, m, n, k, kind):
+        launched.append((tile, a_kmajor, b_kmajor, kind))
+        return mh.LaunchPlan(None, 0, 2, None, None, m, n, k)
+
+    monkeypatch.setattr(mm, "compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(mm, "multiprocessor_count", lambda: 132)
+    monkeypatch.setattr(mm, "empty", lambda shape, dtype: _fake(shape, dtype))
+    monkeypatch.setattr(mh, "launch", launch)
+    monkeypatch.setattr(mh, "run", lambda plan, out, kind: ran.append((plan.m, out, kind)))
+    monkeypatch.setattr(mm, "_HOPPER_PLANS", {})
+    a, b = _fake((2048, 512)), _fake((512, 2048))
+    first = mm.matmul(a, b)
+    assert launched == [("wide", True, False, mm.OUT_F32)] and not ran
+    second = mm.matmul(a, b, out_dtype=F16)
+    assert len(launched) == 1 and ran == [(2048, second, mm.OUT_F16)]
+    assert second is not first and second.dtype == F16 and second.shape == (2048, 2048)
+    out = _fake((2048, 2048), bfloat16)
+    assert mm.matmul_tc(a, b, out=out) is out and ran[-1] == (2048, out, mm.OUT_BF16)
+    with pytest.raises(ValueError, match="out"):
+        mm.matmul(a, b, out=_fake((2048, 2040), np.float32))
+    with pytest.raises((ValueError, TypeError), match="out"):
+        mm.matmul(a, b, out=_fake((2048, 2048), np.float32, device=1))
+    mm.matmul(a.T.T, b)  # the same operands: the plan
+    mm.matmul(_fake((512, 2048)).T, b)  # A transposed: a plan of its own
+    assert len(launched) == 2 and launched[-1][1] is False
+    assert len(mm._HOPPER_PLANS) == 2
+
+
 def test_wgmma_kernels_registered():
     assert len(mh._KERNELS) == 2 * 4 * len(mh.TILES)
     assert all(k.arch_specific and k.check_archs() == {(9, 0, "a"): "sm_90a"}
