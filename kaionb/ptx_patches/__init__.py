@@ -3,7 +3,24 @@
 Each module is one instruction family; every instruction is declared through the one
 factory in :mod:`._factory` and its docstring names the PTX it emits. Nothing else in
 kaionb writes PTX text. See docs/writing-kernels.md.
+
+- :mod:`._factory`    ``ptx_instruction``, ``IMM``, ``device_function``, the arch gate
+- :mod:`.mma`         ``mma.sync`` (f16, bf16, tf32, s8)
+- :mod:`.ldmatrix`    ``ldmatrix`` x1/x2/x4, plain and transposed
+- :mod:`.cp_async`    ``cp.async`` global → shared copies and their groups (sm_80)
+- :mod:`.memory`      addresses, 128-bit vector loads/stores, ``st.global.b32``
+- :mod:`.convert`     f16/bf16 packing, int8/int4 dequantization, ``prmt``, ``lop3``
+- :mod:`.fast_math`   ``ex2``/``tanh``/``rcp``/``rsqrt`` approximations, half2 ``fma``
+- :mod:`.wgmma`       Hopper warpgroup MMA, its fence/commit/wait, smem descriptors
+- :mod:`.accumulator_store`  store sequences for wgmma accumulators (epilogues)
+- :mod:`.mbarrier`    shared-memory barriers with transaction counts (sm_90)
+- :mod:`.bulk_copy`   TMA: ``cp.async.bulk`` 1-D and tensor copies, their groups,
+                      ``prefetch.tensormap``, the async-proxy fence (sm_90)
+- :mod:`.sync`        named barriers (``bar.sync``) and ``setmaxnreg`` (sm_90a)
+- :mod:`.cluster`     thread-block clusters: rank, barrier, remote arrive, multicast TMA
 """
+
+from types import ModuleType as _ModuleType
 
 from ._factory import (
     IMM,
@@ -11,6 +28,17 @@ from ._factory import (
     device_function,
     ptx_instruction,
     target_cc,
+)
+from .accumulator_store import st_global_accumulator, st_shared_accumulator_swizzled
+from .bulk_copy import (
+    cp_async_bulk_commit_group,
+    cp_async_bulk_global_to_shared,
+    cp_async_bulk_tensor_2d_global_to_shared,
+    cp_async_bulk_tensor_2d_shared_to_global,
+    cp_async_bulk_wait_group,
+    cp_async_bulk_wait_group_read,
+    fence_proxy_async_shared,
+    prefetch_tensormap,
 )
 from .cluster import (
     cluster_arrive,
@@ -70,6 +98,13 @@ from .memory import (
     st_shared_v2_u32,
     st_shared_v4_u32,
 )
+from .mbarrier import (
+    mbarrier_arrive,
+    mbarrier_arrive_expect_tx,
+    mbarrier_init,
+    mbarrier_try_wait_parity,
+    mbarrier_wait,
+)
 from .mma import (
     mma_m16n8k8_f32_tf32,
     mma_m16n8k16_f16_f16,
@@ -77,27 +112,10 @@ from .mma import (
     mma_m16n8k16_f32_f16,
     mma_m16n8k32_s32_s8,
 )
+from .sync import bar_sync_threads, setmaxnreg_dec, setmaxnreg_inc
 from .wgmma import (
     accumulator_zeros,
-    bar_sync_threads,
-    cp_async_bulk_commit_group,
-    cp_async_bulk_global_to_shared,
-    cp_async_bulk_tensor_2d_global_to_shared,
-    cp_async_bulk_tensor_2d_shared_to_global,
-    cp_async_bulk_wait_group,
-    cp_async_bulk_wait_group_read,
-    fence_proxy_async_shared,
     make_smem_desc,
-    mbarrier_arrive,
-    mbarrier_arrive_expect_tx,
-    mbarrier_init,
-    mbarrier_try_wait_parity,
-    mbarrier_wait,
-    prefetch_tensormap,
-    setmaxnreg_dec,
-    setmaxnreg_inc,
-    st_global_accumulator,
-    st_shared_accumulator_swizzled,
     wgmma_commit_group,
     wgmma_fence,
     wgmma_m64n64k16_f32_bf16,
@@ -109,4 +127,9 @@ from .wgmma import (
     wgmma_wait_group,
 )
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# The instructions and factory names; the submodules (bound here by the imports above)
+# are not part of the API.
+__all__ = sorted(
+    name for name, value in globals().items()
+    if not name.startswith("_") and not isinstance(value, _ModuleType)
+)

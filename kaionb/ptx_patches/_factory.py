@@ -74,6 +74,13 @@ def check_arch(instruction: str, arch_ok, needs: str) -> None:
         )
 
 
+# The ``arch`` of the Hopper instructions. wgmma and setmaxnreg exist only in the
+# arch-specific target sm_90a (a kernel that uses them must be compiled with
+# ``cc=(9, 0, "a")``); mbarrier transaction counts, bulk copies and clusters from sm_90 on.
+SM90A = (lambda cc: cc == (9, 0), "sm_90a")
+SM90 = (lambda cc: cc >= (9, 0), "sm_90 or newer")
+
+
 class Immediate:
     """An operand that must be a compile-time integer constant (constraint ``n``).
 

@@ -18,15 +18,13 @@ shared memory (remote arrivals, multicast writes): end such kernels with
 
 from numba import types
 
-from ._factory import ptx_instruction
-
-_SM90 = (lambda cc: cc >= (9, 0), "sm_90 or newer")
+from ._factory import SM90, ptx_instruction
 
 cluster_ctarank = ptx_instruction(
     "cluster_ctarank",
     "mov.u32 $0, %cluster_ctarank;",
     outputs=types.uint32,
-    arch=_SM90,
+    arch=SM90,
     instruction="mov.u32 %cluster_ctarank",
     doc="``%cluster_ctarank``: this CTA's rank in its cluster (0 .. cluster size - 1).",
 )
@@ -36,7 +34,7 @@ cluster_arrive = ptx_instruction(
     "barrier.cluster.arrive.release;",
     side_effect=True,
     memory=True,
-    arch=_SM90,
+    arch=SM90,
     doc="``barrier.cluster.arrive.release;``: this thread arrives at the cluster barrier "
     "(its prior writes, shared memory included, are released to the cluster).",
 )
@@ -46,7 +44,7 @@ cluster_wait = ptx_instruction(
     "barrier.cluster.wait.acquire;",
     side_effect=True,
     memory=True,
-    arch=_SM90,
+    arch=SM90,
     doc="``barrier.cluster.wait.acquire;``: wait until every thread of every CTA in the "
     "cluster has arrived.",
 )
@@ -56,7 +54,7 @@ fence_mbarrier_init_cluster = ptx_instruction(
     "fence.mbarrier_init.release.cluster;",
     side_effect=True,
     memory=True,
-    arch=_SM90,
+    arch=SM90,
     doc="``fence.mbarrier_init.release.cluster;``: make this thread's ``mbarrier.init`` "
     "visible to the cluster (before other CTAs arrive on or multicast to the barrier).",
 )
@@ -68,7 +66,7 @@ mbarrier_arrive_remote = ptx_instruction(
     inputs=(types.uint32, types.uint32),
     side_effect=True,
     memory=True,
-    arch=_SM90,
+    arch=SM90,
     instruction="mbarrier.arrive.shared::cluster.b64",
     doc="(bar: u32 shared address in this CTA, rank: u32): arrive on the mbarrier at the "
     "same offset in CTA ``rank`` of the cluster (``mapa``, then ``mbarrier.arrive`` with "
@@ -83,7 +81,7 @@ cp_async_bulk_tensor_2d_multicast = ptx_instruction(
     inputs=(types.uint32, types.uint64, types.int32, types.int32, types.uint32, types.uint16),
     side_effect=True,
     memory=True,
-    arch=_SM90,
+    arch=SM90,
     instruction="cp.async.bulk.tensor.2d ... .multicast::cluster",
     doc="(dst, tensor_map, x, y, bar, cta_mask: u16): as "
     ":data:`~kaionb.ptx_patches.cp_async_bulk_tensor_2d_global_to_shared`, writing the "

@@ -1,0 +1,89 @@
+"""Store sequences for wgmma accumulators, used by the epilogues of the Hopper kernels.
+
+PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-st
+(and ``cvt.rn.f16x2.f32`` / ``cvt.rn.bf16x2.f32``:
+https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cvt).
+
+These are procedures, not single instructions: each factory call returns one intrinsic
+whose PTX is a straight-line sequence of ``cvt`` and ``st`` instructions, generated for
+one accumulator width N (and output type), that writes (part of) an m64nN f32 wgmma
+accumulator in the register layout :mod:`.wgmma` describes, taking the whole tuple as
+its operands. The epilogues of :mod:`kaionb.kernels.matmul_hopper` are built from them;
+they live in the instruction layer because nothing outside ``kaionb.ptx_patches`` writes
+PTX text. Plain ``st`` and ``cvt.rn.{f16,bf16}x2.f32``: no arch gate (sm_80 and newer).
+"""
+
+from numba import types
+
+from ._factory import ptx_instruction
+
+
+def st_shared_accumulator_swizzled(n: int, kind: str, part: int = 0, parts: int = 1):
+    """The instruction that stores columns ``[part·n/parts, (part+1)·n/parts)`` of an
+    m64nN f32 wgmma accumulator as ``kind`` ("f16" or "bf16") into the shared staging
+    layout of a TMA store with the 128-byte swizzle: 64-column boxes of 64 rows (8 KB
+    each, one after another from the buffer's start), row r's 16-byte chunk c at
+    ``r·128 + ((c ^ r%8)·16)``. ``(row_base: u32, row_xor: u32, acc)``: ``row_base`` =
+    the buffer's address + row·128 + 4·(lane%4) for this thread's first row
+    (``16·warp + lane/4``), ``row_xor`` = (row % 8)·16. Conflict-free: the 8 rows of a
+    warp's store land in 8 different chunks."""
+    count = n // 2
+    pairs = n // 8 // parts  # column pairs (8 columns apart) per thread in this part
+    lines = ["{ .reg .b32 h, a0, a1, a2, a3, a4, a5, a6, a7;"]
+    for c in range(8):
+        lines.append(f"xor.b32 a{c}, $1, {16 * c};")
+        lines.append(f"add.u32 a{c}, a{c}, $0;")
+    for i in range(pairs):
+        j = part * pairs + i
+        box, c = divmod(i, 8)
+        for row_off, lo, hi in ((0, 4 * j + 2, 4 * j + 3), (1024, 4 * j + 4, 4 * j + 5)):
+            lines.append(f"cvt.rn.{kind}x2.f32 h, ${hi}, ${lo};")
+            lines.append(f"st.shared.b32 [a{c}+{box * 8192 + row_off}], h;")
+    lines.append("}")
+    return ptx_instruction(
+        f"st_shared_accumulator_swizzled_n{n}_{kind}_{part}of{parts}",
+        "\n".join(lines),
+        inputs=(types.uint32, types.uint32, types.UniTuple(types.float32, count)),
+        side_effect=True,
+        memory=True,
+        instruction="st.shared.b32",
+        doc=f"Store part {part} of {parts} of an m64n{n} f32 accumulator as {kind} into "
+        "128-byte-swizzled 64×64 boxes (see :func:`st_shared_accumulator_swizzled`).",
+    )
+
+
+def st_global_accumulator(n: int, kind: str):
+    """The instruction that stores an m64nN f32 wgmma accumulator straight to a row-major
+    global output, in ``kind`` ("f32", "f16" or "bf16", round to nearest even):
+    ``(addr0: u64, addr8: u64, row0_ok: u32, row8_ok: u32, cols_left: i32, acc)``.
+    ``addr0`` / ``addr8`` address this thread's first pair in rows ``16·warp + lane/4`` and
+    8 rows below, column ``2·(lane%4)``; pair j (8j columns further) is stored where
+    ``8j < cols_left`` and its row's flag is set — the output's columns must come in
+    aligned pairs (even N, 8-byte-aligned f32 / 4-byte-aligned 16-bit rows)."""
+    count = n // 2
+    width = 4 if kind == "f32" else 2  # bytes per element
+    lines = ["{ .reg .pred r0, r8, c, p; .reg .b32 h;",
+             "setp.ne.b32 r0, $2, 0;", "setp.ne.b32 r8, $3, 0;"]
+    for j in range(n // 8):
+        off = 8 * width * j
+        lines.append(f"setp.gt.s32 c, $4, {8 * j};")
+        for base, pred, lo, hi in (("$0", "r0", 4 * j + 5, 4 * j + 6),
+                                   ("$1", "r8", 4 * j + 7, 4 * j + 8)):
+            lines.append(f"and.pred p, c, {pred};")
+            if kind == "f32":
+                lines.append(f"@p st.global.v2.f32 [{base}+{off}], {{${lo}, ${hi}}};")
+            else:
+                lines.append(f"cvt.rn.{kind}x2.f32 h, ${hi}, ${lo};")
+                lines.append(f"@p st.global.b32 [{base}+{off}], h;")
+    lines.append("}")
+    return ptx_instruction(
+        f"st_global_accumulator_n{n}_{kind}",
+        "\n".join(lines),
+        inputs=(types.uint64, types.uint64, types.uint32, types.uint32, types.int32,
+                types.UniTuple(types.float32, count)),
+        side_effect=True,
+        memory=True,
+        instruction="st.global.v2.f32" if kind == "f32" else "st.global.b32",
+        doc=f"Store an m64n{n} f32 accumulator to global memory as {kind}, predicated by "
+        "row and column (see :func:`st_global_accumulator`).",
+    )
