@@ -7,6 +7,7 @@ import pytest
 import kaionb
 from kaionb import grad
 from kaionb.kernels.elementwise import add
+from kaionb.testing import assert_close, random_array, tolerance
 
 
 def traced_add(a, b):
@@ -56,31 +57,89 @@ def test_gradcheck_catches_a_wrong_rule():
         grad.gradcheck(wrong, [a])
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float16, kaionb.bfloat16], ids=["f16", "bf16"])
-def test_matmul_backward_matches_finite_differences(dtype):
+# -- matmul ------------------------------------------------------------------------------
+#
+# Gradients are compared as a whole: the norm-wise relative error ‖g − g_ref‖ / ‖g_ref‖
+# (kaionb.testing.relative_error) of dA and dB, never element by element — a gradient
+# element near zero (cancellation in a dot product) turns a small absolute error into any
+# relative one. Tolerance: kaionb.testing.tolerance(dtype) = 2e-3 (f16) / 1.6e-2 (bf16),
+# about 4u with u = 2^-11 / 2^-8 the dtype's unit roundoff. Why that bounds the error:
+# _matmul_backward rounds dC to the input dtype, as the reference does, and multiplies
+# exactly representable operands with float32 accumulation (error ≲ length·2^-24 for a
+# contraction of that length: under 1e-5 here), so the float64 product of the same
+# operands is the exact answer. Where matmul returns the input dtype (f16 @ f16 → f16),
+# each gradient element is rounded once more: ≤ u element-wise, so ≤ u norm-wise. The
+# tape keeps gradients as float32 and the comparisons run in float64, so the tests hold
+# whatever output dtype matmul returns.
+
+MATMUL_DTYPES = pytest.mark.parametrize("dtype", [np.float16, kaionb.bfloat16],
+                                        ids=["f16", "bf16"])
+
+
+def _matmul_gradients(dtype, m, k, n, rng, **options):
+    """Fresh A [m, k], B [k, n] of ``dtype`` and a float32 dC; the tape's dA and dB of
+    C = matmul(A, B, **options), as float64 host arrays."""
     from kaionb.kernels.matmul import matmul
 
-    rng = np.random.default_rng()
-    a = kaionb.asarray(rng.standard_normal((17, 9)).astype(dtype))
-    b = kaionb.asarray(rng.standard_normal((9, 13)).astype(dtype))
-    a.requires_grad = b.requires_grad = True
-    assert grad.gradcheck(matmul, [a, b], eps=5e-2, rtol=3e-2, rng=rng) < 3e-2
-
-
-@pytest.mark.gpu
-def test_matmul_backward_is_the_transposed_products():
-    rng = np.random.default_rng()
-    a_h = rng.standard_normal((33, 70)).astype(np.float16)
-    b_h = rng.standard_normal((70, 21)).astype(np.float16)
-    g_h = rng.standard_normal((33, 21)).astype(np.float32)
+    a_h, b_h = random_array((m, k), dtype, rng=rng), random_array((k, n), dtype, rng=rng)
+    g_h = random_array((m, n), np.float32, rng=rng)
     a, b = kaionb.asarray(a_h), kaionb.asarray(b_h)
     a.requires_grad = b.requires_grad = True
     with grad.Tape() as tape:
-        c = a @ b
+        c = matmul(a, b, **options)
     tape.backward(c, kaionb.asarray(g_h))
-    g16 = g_h.astype(np.float16).astype(np.float64)
-    from kaionb.testing import assert_close
+    assert a.grad.dtype == np.float32 and b.grad.dtype == np.float32
+    return a_h, b_h, g_h, a.grad.get().astype(np.float64), b.grad.get().astype(np.float64)
 
-    assert_close(a.grad, g16 @ b_h.astype(np.float64).T, tol=1e-3, what="dA")
-    assert_close(b.grad, a_h.astype(np.float64).T @ g16, tol=1e-3, what="dB")
+
+@pytest.mark.gpu
+@MATMUL_DTYPES
+@pytest.mark.parametrize("m, k, n", [(17, 9, 13), (33, 70, 21), (6, 123, 42)])
+def test_matmul_backward_is_the_transposed_products(dtype, m, k, n):
+    """dA = dC·Bᵀ and dB = Aᵀ·dC against float64 NumPy, dC rounded to the input dtype as
+    the backward rounds it."""
+    a_h, b_h, g_h, grad_a, grad_b = _matmul_gradients(dtype, m, k, n, np.random.default_rng())
+    g = g_h.astype(dtype).astype(np.float64)
+    a64, b64 = a_h.astype(np.float64), b_h.astype(np.float64)
+    assert_close(grad_a, g @ b64.T, tol=tolerance(dtype), what="dA")
+    assert_close(grad_b, a64.T @ g, tol=tolerance(dtype), what="dB")
+
+
+@pytest.mark.gpu
+@MATMUL_DTYPES
+def test_matmul_backward_matches_finite_differences(dtype):
+    """The tape's rule against the forward kernel itself, by central differences of
+    L = Σ dC ∘ matmul(A, B) at 16 random elements of A and of B (norm-wise over them).
+
+    L is linear in each element, so a central difference has no truncation error, and it
+    divides by the perturbed points as they are after rounding to the dtype. The forward
+    runs with a float32 output, so L carries only float32 rounding (~2^-24 relative to
+    |C|): divided by 2h = 0.5 that is ~1e-6 of the gradient. What remains is the tape
+    rounding dC to the dtype: ≤ u per element of dC, ≈ u/√3 norm-wise over the probes —
+    well inside the same tolerance(dtype) ≈ 4u (an element-wise check is not, see above)."""
+    from kaionb.kernels.matmul import matmul
+
+    rng = np.random.default_rng()
+    a_h, b_h, g_h, grad_a, grad_b = _matmul_gradients(dtype, 17, 9, 13, rng,
+                                                      out_dtype=np.float32)
+
+    def loss(x, y):
+        c = matmul(kaionb.asarray(x), kaionb.asarray(y), out_dtype=np.float32)
+        return float(np.sum(c.get().astype(np.float64) * g_h))
+
+    step = 0.25  # x ± step stays distinct after rounding to bf16 for |x| < 64
+    for which, analytic in ((0, grad_a), (1, grad_b)):
+        host = (a_h, b_h)[which]
+        flats = rng.choice(host.size, size=16, replace=False)
+        numeric = np.empty(flats.size)
+        for i, flat in enumerate(flats):
+            pos = np.unravel_index(flat, host.shape)
+            values, points = [], []
+            for sign in (1, -1):
+                moved = [a_h.copy(), b_h.copy()]
+                moved[which][pos] = moved[which][pos] + sign * step  # rounded to the dtype
+                points.append(float(moved[which][pos]))
+                values.append(loss(*moved))
+            numeric[i] = (values[0] - values[1]) / (points[0] - points[1])
+        assert_close(analytic.ravel()[flats], numeric, tol=tolerance(dtype),
+                     what=f"{'dA' if which == 0 else 'dB'} vs finite differences")
