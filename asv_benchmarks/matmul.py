@@ -42,11 +42,11 @@ class TimeMatmul:
         torch.cuda.synchronize()
 
     def _kaionb(self):
-        return self.mm.matmul(self.ka, self.kb, out_dtype=self.out_dtype)
+        return self.mm.matmul(self.ka, self.kb, dtype=self.out_dtype)
 
     def _mma_sync(self):
         return self.mm.matmul_fwd("asv", self.ka, self.kb, dtype=self.out_dtype,
-                                  pipeline="async", out_dtype=self.out_dtype)
+                                  prefer_wgmma=False)
 
     def _cublas(self):
         return self.torch.matmul(self.a, self.b)

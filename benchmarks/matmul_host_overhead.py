@@ -26,7 +26,7 @@ def main(m=1, n=4096, k=4096, calls=300):
 
     a = kaionb.asarray(np.random.default_rng(0).standard_normal((m, k)).astype(np.float16))
     b = kaionb.asarray(np.random.default_rng(1).standard_normal((k, n)).astype(np.float16))
-    call = lambda: mm.matmul(a, b, out_dtype=np.float16)
+    call = lambda: mm.matmul(a, b, dtype=np.float16)
     for _ in range(10):
         call()
     torch.cuda.synchronize()

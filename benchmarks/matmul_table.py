@@ -1,15 +1,16 @@
 """Tensor-core matmul: kaionb against cuBLAS (torch.matmul), same GPU, same run.
 
-    python benchmarks/matmul_table.py [--dtypes f16,bf16] [--shapes 4096,1x4096x4096]
+    python benchmarks/matmul_table.py [--dtypes f16,bf16,f32,tf32] [--shapes 4096,1x4096x4096]
                                       [--json out.json]
 
 For each shape (256³ … 8192³, and decode shapes M ∈ {1, 16, 128} with K = N = 4096) and
 input dtype: TFLOP/s of ``kaionb.matmul`` (the kernel the dispatcher picks: on an H100 the
 wgmma kernel where the shape fills the GPU), of that wgmma kernel launched alone (no
 validation or allocation: what the host path costs shows as the difference), of the
-mma.sync cp.async kernel on the same shape (``matmul_fwd(pipeline="async")``), and of
+mma.sync cp.async kernel on the same shape (``matmul_fwd(prefer_wgmma=False)``), and of
 torch.matmul (cuBLAS) with f32 accumulation (reduced-precision reductions off); all write
-the input dtype.
+the input dtype. float32 inputs: "f32" is ``precision="highest"`` (tf32x3) against cuBLAS
+in full float32, "tf32" is ``precision="tf32"`` against cuBLAS with TF32 allowed.
 ``--shapes`` times a subset: N for N³ or MxNxK, comma-separated. Timing: CUDA events
 around batches of calls after a warm-up, median of the batches; inputs are random normals
 (never zeros).
@@ -53,14 +54,16 @@ def bench_ms(torch, fn, flops):
     return statistics.median(samples)
 
 
-def kernel_name(m, n, k, sms):
+def kernel_name(m, n, k, sms, name):
     """What kaionb.matmul launches for this shape on this GPU (aligned operands)."""
-    if compute_capability() == (9, 0):
+    if compute_capability() == (9, 0) and name in ("f16", "bf16"):
         tile = mh.choose_tile(m, n, sms)
         if tile is not None:
             return f"wgmma {tile}"
-    tile, splits, _ = mm._choose(m, n, k, sms)
-    return f"mma.sync {tile}" + (f" split {splits}" if splits > 1 else "")
+    group = "16bit" if name in ("f16", "bf16") else "tf32"
+    tile, splits, _ = mm._choose(m, n, k, sms, mm.TILES[(group, "async")])
+    kind = {"f32": "tf32x3 ", "tf32": "tf32 "}.get(name, "")
+    return f"mma.sync {kind}{tile}" + (f" split {splits}" if splits > 1 else "")
 
 
 def run(dtypes, shapes=SHAPES):
@@ -68,8 +71,9 @@ def run(dtypes, shapes=SHAPES):
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
-    kdt = {"f16": np.float16, "bf16": kaionb.bfloat16}
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
+           "tf32": torch.float32}
+    kdt = {"f16": np.float16, "bf16": kaionb.bfloat16, "f32": np.float32, "tf32": np.float32}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for name in dtypes:
@@ -79,16 +83,18 @@ def run(dtypes, shapes=SHAPES):
             b = torch.randn(k, n, device="cuda", dtype=tdt[name], generator=gen)
             ka, kb = kaionb.asarray(a), kaionb.asarray(b)
             flops = 2.0 * m * n * k
+            torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+            precision = "tf32" if name == "tf32" else "highest"
             t_cublas = bench_ms(torch, lambda: torch.matmul(a, b), flops)
-            t_kaionb = bench_ms(torch, lambda: mm.matmul(ka, kb, out_dtype=kdt[name]), flops)
+            t_kaionb = bench_ms(torch, lambda: mm.matmul(ka, kb, precision=precision), flops)
             t_mma = bench_ms(torch, lambda: mm.matmul_fwd(
-                "bench", ka, kb, dtype=kdt[name], pipeline="async", out_dtype=kdt[name]), flops)
-            kernel = kernel_name(m, n, k, sms)
+                "bench", ka, kb, precision=precision, prefer_wgmma=False), flops)
+            kernel = kernel_name(m, n, k, sms, name)
             t_launch = None
             if kernel.startswith("wgmma"):  # the kernel alone: no validation, no allocation
                 out = kaionb.empty((m, n), kdt[name])
                 sa, lda, a_kmajor = mm._storage("bench", "a", ka, k_axis=1)
-                sb, ldb, b_kmajor = mm._storage("bench", "b", kb, k_axis=0)
+                sb, ldb, b_kmajor = mm._storage("bench", "b", kb, k_axis=0)  # row-major: views
                 launch = lambda: mh.launch(name, kernel.split()[1], sa, lda, a_kmajor, sb, ldb,
                                            b_kmajor, out, m, n, k, mm._OUT_KIND[out.dtype])
                 t_launch = bench_ms(torch, launch, flops)

@@ -80,16 +80,52 @@ def test_bf16_kernel_refuses_f16():
         mm.matmul_tc_bf16(_fake((8, 8), bfloat16), _fake((8, 8)))
 
 
-def test_matmul_refuses_float32():
-    with pytest.raises(TypeError, match=r"matmul: argument 'a' expected dtype float16"):
-        mm.matmul(_fake((8, 8), np.float32), _fake((8, 8), np.float32))
+def test_matmul_refuses_float64_and_mixed_dtypes():
+    with pytest.raises(TypeError, match=r"matmul: argument 'a' expected dtype float16 or "
+                       r"bfloat16 or float32, got float64"):
+        mm.matmul(_fake((8, 8), np.float64), _fake((8, 8), np.float64))
+    with pytest.raises(TypeError, match=r"matmul: argument 'b' expected the dtype of 'a'"):
+        mm.matmul(_fake((8, 8)), _fake((8, 8), bfloat16))
 
 
-@pytest.mark.parametrize("shape_a, shape_b", [((8,), (8, 8)), ((2, 8, 8), (8, 8)),
-                                              ((8, 8), (8,))])
-def test_rank_must_be_two(shape_a, shape_b):
-    with pytest.raises(ValueError, match=r"expected 2 dimensions"):
-        mm.matmul_tc(_fake(shape_a), _fake(shape_b))
+def test_zero_dimensional_operands_are_refused():
+    with pytest.raises(ValueError, match=r"matmul: argument 'b' expected an array of at "
+                       r"least 1 dimension"):
+        mm.matmul(_fake((8, 8)), _fake(()))
+
+
+@pytest.mark.parametrize("fn", [mm.matmul, mm.matmul_tc])
+def test_batch_dimensions_must_broadcast(fn):
+    with pytest.raises(ValueError, match=rf"{fn.__name__}: argument 'b' expected batch "
+                       r"dimensions that broadcast"):
+        fn(_fake((3, 8, 16)), _fake((2, 16, 4)))
+
+
+def test_bad_precision():
+    with pytest.raises(ValueError, match=r"matmul: argument 'precision' expected 'highest' "
+                       r"or 'tf32', got 'fast'"):
+        mm.matmul(_fake((8, 8), np.float32), _fake((8, 8), np.float32), precision="fast")
+
+
+@pytest.mark.parametrize("shape_a, shape_b, shape", [
+    ((8,), (8, 5), (5,)), ((3, 8), (8,), (3,)), ((8,), (8,), ()),
+    ((2, 3, 4, 8), (8, 5), (2, 3, 4, 5)), ((7, 1, 4, 8), (3, 8, 5), (7, 3, 4, 5)),
+    ((4, 8), (6, 8, 5), (6, 4, 5)), ((8,), (6, 8, 5), (6, 5)),
+])
+def test_result_shapes_follow_numpy(shape_a, shape_b, shape):
+    assert mm._result_shape("matmul", _fake(shape_a), _fake(shape_b))[3] == shape
+    assert np.matmul(np.empty(shape_a), np.empty(shape_b)).shape == shape
+
+
+def test_batch_folding_and_broadcast_strides():
+    """A row-major batch of A over a 2-D B folds into one matrix; a broadcast B is read
+    with batch stride 0."""
+    p = mm.plan_operands("matmul", _fake((6, 4, 8)), _fake((8, 5)), (6,))
+    assert (p.batch, p.m, p.n, p.k) == (1, 24, 5, 8) and p.a.shape == (1, 24, 8)
+    p = mm.plan_operands("matmul", _fake((6, 4, 8)), _fake((6, 8, 5)), (6,))
+    assert p.batch == 6 and p.a.strides[0] == 4 * 8 * 2 and p.b.strides[0] == 8 * 5 * 2
+    p = mm.plan_operands("matmul", _fake((6, 8, 4)).transpose(0, 2, 1), _fake((8, 5)), (6,))
+    assert p.batch == 6 and not p.a_kmajor and p.b.strides[0] == 0
 
 
 def test_different_devices():
@@ -102,14 +138,15 @@ def test_bad_out_shape_and_dtype():
         mm.matmul_tc(_fake((8, 16)), _fake((16, 4)), out=_fake((4, 8), np.float32))
     with pytest.raises(TypeError, match=r"argument 'out' expected dtype float32"):
         mm.matmul_tc(_fake((8, 16)), _fake((16, 4)), out=_fake((8, 4), F16),
-                     out_dtype=np.float32)
+                     dtype=np.float32)
     with pytest.raises(TypeError, match=r"argument 'out' expected device memory"):
         mm.matmul_tc(_fake((8, 16)), _fake((16, 4)), out=np.zeros((8, 4), np.float32))
 
 
 def test_bad_out_dtype():
-    with pytest.raises(TypeError, match=r"argument 'out_dtype' expected float32, float16"):
-        mm.matmul_tc(_fake((8, 16)), _fake((16, 4)), out_dtype=np.int32)
+    with pytest.raises(TypeError, match=r"matmul_tc: argument 'dtype' expected float32, "
+                       r"float16"):
+        mm.matmul_tc(_fake((8, 16)), _fake((16, 4)), dtype=np.int32)
 
 
 def test_out_must_be_contiguous():
@@ -120,15 +157,19 @@ def test_out_must_be_contiguous():
 
 def test_every_variant_is_registered():
     names = {k.name for k in mm._KERNELS.values()}
-    assert len(names) == len(mm._KERNELS) == 2 * 3 * 2 * len(mm.TILES)
+    # 16-bit: 2 dtypes × 3 layouts × 2 load pipelines × 2 tiles; tf32(x3): 2 × 2 × 2 × 2.
+    assert len(names) == len(mm._KERNELS) == 2 * 3 * 2 * 2 + 2 * 2 * 2 * 2
 
 
 def test_shape_classes():
-    # 4096² fills the GPU with 128×128 tiles; decode shapes get 64×64 tiles and split K.
-    assert mm._choose(4096, 4096, 4096, sms=132)[0] == "large"
-    tile, splits, k_chunk = mm._choose(1, 4096, 4096, sms=132)
-    assert tile == "small" and splits > 1 and k_chunk % mm.TILES["small"][2] == 0
+    # 4096² fills the GPU with large tiles; decode shapes get 64×64 tiles and split K.
+    tiles = mm.TILES[("16bit", "async")]
+    assert mm._choose(4096, 4096, 4096, 132, tiles)[0] == "large"
+    tile, splits, k_chunk = mm._choose(1, 4096, 4096, 132, tiles)
+    assert tile == "small" and splits > 1 and k_chunk % tiles["small"][2] == 0
     assert splits * k_chunk >= 4096 > (splits - 1) * k_chunk
+    # A batch of small problems fills the GPU without splitting K.
+    assert mm._choose(64, 64, 4096, 132, tiles, batch=512)[1] == 1
 
 
 def test_wgmma_tile_choice():
@@ -145,9 +186,9 @@ def test_wgmma_plan_cache_host_logic(monkeypatch):
     operands (another address or layout) get plans of their own."""
     launched, ran = [], []
 
-    def launch(dtype, tile, sa, lda, a_kmajor, sb, ldb, b_kmajor, out, m, n, k, kind):
+    def launch(dtype, tile, sa, lda, a_kmajor, sb, ldb, b_kmajor, out, m, n, k, kind, shape):
         launched.append((tile, a_kmajor, b_kmajor, kind))
-        return mh.LaunchPlan(None, 0, 2, None, None, m, n, k)
+        return mh.LaunchPlan(None, 0, 2, None, None, m, n, k, shape)
 
     monkeypatch.setattr(mm, "compute_capability", lambda: (9, 0))
     monkeypatch.setattr(mm, "multiprocessor_count", lambda: 132)
@@ -156,12 +197,15 @@ def test_wgmma_plan_cache_host_logic(monkeypatch):
     monkeypatch.setattr(mh, "run", lambda plan, out, kind: ran.append((plan.m, out, kind)))
     monkeypatch.setattr(mm, "_HOPPER_PLANS", {})
     a, b = _fake((2048, 512)), _fake((512, 2048))
-    first = mm.matmul(a, b)
-    assert launched == [("wide", True, False, mm.OUT_F32)] and not ran
-    second = mm.matmul(a, b, out_dtype=F16)
-    assert len(launched) == 1 and ran == [(2048, second, mm.OUT_F16)]
-    assert second is not first and second.dtype == F16 and second.shape == (2048, 2048)
+    first = mm.matmul(a, b)  # f16 @ f16 -> f16
+    assert launched == [("wide", True, False, mm.OUT_F16)] and not ran
+    second = mm.matmul(a, b, dtype=np.float32)
+    assert len(launched) == 1 and ran == [(2048, second, mm.OUT_F32)]
+    assert second is not first and second.dtype == np.float32 and second.shape == (2048, 2048)
     out = _fake((2048, 2048), bfloat16)
+    # Another entry (another allowed input dtype) plans for itself, then reuses its plan.
+    assert mm.matmul_tc(a, b, out=out) is out and launched[-1] == ("wide", True, False,
+                                                                     mm.OUT_BF16)
     assert mm.matmul_tc(a, b, out=out) is out and ran[-1] == (2048, out, mm.OUT_BF16)
     with pytest.raises(ValueError, match="out"):
         mm.matmul(a, b, out=_fake((2048, 2040), np.float32))
@@ -169,8 +213,8 @@ def test_wgmma_plan_cache_host_logic(monkeypatch):
         mm.matmul(a, b, out=_fake((2048, 2048), np.float32, device=1))
     mm.matmul(a.T.T, b)  # the same operands: the plan
     mm.matmul(_fake((512, 2048)).T, b)  # A transposed: a plan of its own
-    assert len(launched) == 2 and launched[-1][1] is False
-    assert len(mm._HOPPER_PLANS) == 2
+    assert len(launched) == 3 and launched[-1][1] is False
+    assert len(mm._HOPPER_PLANS) == 3
 
 
 def test_wgmma_kernels_registered():
@@ -229,11 +273,11 @@ def test_half_outputs(dtype, m, n, k, out_dtype):
 
 
 @gpu
-@pytest.mark.parametrize("tile", list(mm.TILES))
+@pytest.mark.parametrize("tile", ["large", "small"])
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("pipeline", ["sync", "async"])
 def test_tile_classes_and_split_k(pipeline, splits, tile):
-    fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtype=F16, pipeline=pipeline, out=out,
+    fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(F16,), loads=pipeline, out=out,
                                            tile=tile, splits=splits)
     fwd.__name__ = f"matmul_fwd[{pipeline},{tile},{splits}]"
     for layout in ("nn", "nt", "tn"):
@@ -284,7 +328,7 @@ def test_torch_and_cupy_inputs():
 
 
 def _wgmma_fwd(dtype, tile):
-    fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtype=dtype, pipeline="wgmma", out=out,
+    fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(dtype,), loads="wgmma", out=out,
                                            tile=tile)
     fwd.__name__ = f"matmul_fwd[wgmma,{tile}]"
     return fwd
@@ -343,7 +387,7 @@ def test_wgmma_refuses_unaligned_rows():
     a = kaionb.asarray(random_array((64, 60), F16))
     b = kaionb.asarray(random_array((60, 64), F16))
     with pytest.raises(ValueError, match=r"argument 'a, b' expected .*16-byte aligned"):
-        mm.matmul_fwd("t", a, b, dtype=F16, pipeline="wgmma")
+        mm.matmul_fwd("t", a, b, dtypes=(F16,), loads="wgmma")
     check_matmul(mm.matmul, 64, 64, 64, F16)  # the context is still usable
 
 
@@ -378,3 +422,129 @@ def test_wgmma_plan_cache_repeats_and_checks_out():
     for _ in range(2):  # copied operands (no unit stride) are never planned
         assert relative_error(mm.matmul(strided, db).get(), ref) < TOL[F16]
     assert len(mm._HOPPER_PLANS) == 1
+
+
+# ----------------------------------------------------------------------------- NumPy semantics
+
+# float32 inputs: tf32x3 keeps float32 accuracy (norm-wise ~1e-6 at these K), one tf32
+# pass has 10-bit mantissas (2^-11 relative rounding per operand: ~5e-4 norm-wise).
+F32_TOL = {"highest": 1e-5, "tf32": 2e-3}
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["highest", "tf32"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (17, 9, 31), (300, 264, 2050), (1, 4096, 1000),
+                                     (1023, 1025, 257), (2048, 2048, 64)])
+def test_float32_on_tensor_cores(m, n, k, layout, precision):
+    """float32 inputs through tf32 (x3), every layout, any shape; result float32."""
+    rng = np.random.default_rng()
+    a, b, da, db = _operands(m, n, k, np.float32, layout, rng)
+    result = mm.matmul(da, db, precision=precision)
+    assert result.dtype == np.float32
+    err = relative_error(result.get(), mm.matmul_ref(a, b))
+    assert err < F32_TOL[precision], f"{precision} {layout} {m}x{n}x{k}: {err:.2e}"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [F16, bfloat16, np.float32], ids=["f16", "bf16", "f32"])
+def test_result_dtype_is_the_inputs(dtype):
+    rng = np.random.default_rng()
+    a, b = random_array((37, 70), dtype, rng=rng), random_array((70, 29), dtype, rng=rng)
+    da, db = kaionb.asarray(a), kaionb.asarray(b)
+    for result in (mm.matmul(da, db), da @ db):
+        assert result.dtype == np.dtype(dtype)
+        tol = TOL.get(np.dtype(dtype), 1e-5) + OUT_TOL.get(np.dtype(dtype), 0.0)
+        assert relative_error(result.get(), mm.matmul_ref(a, b)) < tol
+    wide = mm.matmul(da, db, dtype=np.float32)
+    assert wide.dtype == np.float32
+    assert relative_error(wide.get(), mm.matmul_ref(a, b)) < TOL.get(np.dtype(dtype), 1e-5)
+
+
+def _device_view(host, transpose_last):
+    """A device array of ``host``'s values; ``transpose_last``: stored with its last two
+    axes swapped (a transposed view, no unit stride on the last axis)."""
+    if not transpose_last:
+        return kaionb.asarray(host)
+    stored = np.ascontiguousarray(np.swapaxes(host, -1, -2))
+    axes = tuple(range(host.ndim - 2)) + (host.ndim - 1, host.ndim - 2)
+    return kaionb.asarray(stored).transpose(*axes)
+
+
+BATCH_CASES = [  # (shape of a, shape of b)
+    ((5, 33, 70), (70, 29)),  # a batch over a shared B: folds into one matrix
+    ((5, 33, 70), (5, 70, 29)),  # batch against batch
+    ((2, 3, 17, 24), (3, 24, 40)),  # B broadcast over the outer batch
+    ((4, 1, 9, 16), (3, 16, 8)),  # both broadcast: A's batch has no one stride (copied)
+    ((70,), (70, 29)),  # 1-D a: a row, dropped from the result
+    ((33, 70), (70,)),  # 1-D b: a column, dropped
+    ((70,), (4, 70, 29)),  # 1-D a against a batch
+    ((70,), (70,)),  # inner product: a 0-d result
+    ((3, 33, 0), (0, 29)),  # K = 0: zeros
+    ((0, 33, 70), (70, 29)),  # an empty batch
+]
+
+
+@gpu
+@pytest.mark.parametrize("transpose", ["nn", "tn", "nt"])
+@pytest.mark.parametrize("shape_a, shape_b", BATCH_CASES)
+@pytest.mark.parametrize("dtype", [F16, bfloat16, np.float32], ids=["f16", "bf16", "f32"])
+def test_batched_and_vector_operands_follow_numpy(dtype, shape_a, shape_b, transpose):
+    rng = np.random.default_rng()
+    a = random_array(shape_a, dtype, rng=rng)
+    b = random_array(shape_b, dtype, rng=rng)
+    da = _device_view(a, transpose[0] == "t" and a.ndim > 1)
+    db = _device_view(b, transpose[1] == "t" and b.ndim > 1)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    out = poisoned(ref.shape, np.float32)
+    assert mm.matmul(da, db, out=out, dtype=np.float32) is out
+    got = out.get()
+    assert got.shape == ref.shape
+    tol = TOL.get(np.dtype(dtype), F32_TOL["highest"])
+    assert relative_error(got, ref) < tol if ref.size else True
+    assert mm.matmul(da, db).dtype == np.dtype(dtype)
+
+
+@gpu
+def test_batched_large_problem_runs_on_the_batch_grid():
+    """A batch that does not fold (batch against batch) of GPU-filling size: one launch
+    over the batch on the mma.sync kernels, split-K where the grid is small."""
+    rng = np.random.default_rng()
+    for shape_a, shape_b in (((8, 512, 256), (8, 256, 384)), ((3, 16, 4096), (3, 4096, 64))):
+        a, b = random_array(shape_a, F16, rng=rng), random_array(shape_b, F16, rng=rng)
+        got = mm.matmul(kaionb.asarray(a), kaionb.asarray(b), dtype=np.float32).get()
+        assert relative_error(got, np.matmul(a.astype(np.float64), b.astype(np.float64))) < \
+            TOL[F16]
+
+
+@gpu
+@pytest.mark.parametrize("shape_a, shape_b", [((5, 33, 70), (70, 29)), ((70,), (70, 29)),
+                                              ((33, 70), (70,)), ((4, 9, 16), (4, 16, 8))])
+@pytest.mark.parametrize("dtype", [bfloat16, np.float32], ids=["bf16", "f32"])
+def test_batched_backward(dtype, shape_a, shape_b):
+    """The tape's dA = dC·Bᵀ and dB = Aᵀ·dC (summed over a batch sharing B) against float64,
+    norm-wise, for dC rounded to the inputs' dtype as the rule does."""
+    from kaionb import grad
+
+    rng = np.random.default_rng()
+    a = random_array(shape_a, dtype, rng=rng)
+    b = random_array(shape_b, dtype, rng=rng)
+    da, db = kaionb.asarray(a), kaionb.asarray(b)
+    da.requires_grad = db.requires_grad = True
+    with grad.Tape() as tape:
+        c = mm.matmul(da, db)
+    g = rng.standard_normal(c.shape).astype(np.float32)
+    tape.backward(c, kaionb.asarray(g))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    g64 = g.astype(dtype).astype(np.float64)
+    a2 = a64[None] if a.ndim == 1 else a64
+    b2 = b64[:, None] if b.ndim == 1 else b64
+    g2 = g64.reshape(np.matmul(a2, b2).shape)
+    ref_a = np.matmul(g2, np.swapaxes(b2, -1, -2))
+    ref_b = np.matmul(np.swapaxes(a2, -1, -2), g2)
+    ref_a = ref_a.reshape(a.shape) if a.ndim > 1 else ref_a.reshape(a.shape)
+    ref_b = ref_b.sum(axis=tuple(range(ref_b.ndim - b2.ndim))).reshape(b.shape)
+    tol = TOL.get(np.dtype(dtype), F32_TOL["highest"])
+    assert da.grad.shape == a.shape and db.grad.shape == b.shape
+    assert relative_error(da.grad.get(), ref_a) < tol
+    assert relative_error(db.grad.get(), ref_b) < tol

@@ -1,104 +1,75 @@
-"""Tensor-core matmul on ``mma.sync``: C = A · B for f16 / bf16 inputs, f32 accumulation.
+"""Matmul with NumPy's semantics on tensor cores: ``a @ b`` for float16, bfloat16 and
+float32 inputs, batched, f32 accumulation.
 
-    C[m, n] = Σ_k A[m, k] · B[k, n],   A: M×K, B: K×N, any M, N, K ≥ 1
+    C[..., m, n] = Σ_k A[..., m, k] · B[..., k, n]   any M, N, K ≥ 1, batch dims broadcast
 
-PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-mma
-(``mma.sync.m16n8k16``, ``ldmatrix``, ``cp.async``). Design follows CUTLASS's sm80 GEMM:
-https://github.com/NVIDIA/cutlass/blob/main/media/docs/efficient_gemm.md
-
-Each block computes a BM×BN tile of C; its warps each a WM×WN sub-tile as (WM/16)×(WN/8)
-m16n8k16 mmas per 16 of K. Per K-step of BK:
-
-    global -> shared    cp.async 16-byte chunks into a STAGES-deep ring (``async``), or
-                        128-bit loads into registers and st.shared into two buffers (``sync``);
-                        chunks past the matrix edge are zero-filled, so any M, N, K works
-    shared -> registers ldmatrix.x4 (``.trans`` for operands stored M- or N-major)
-    registers           mma.sync, f32 accumulators
-    epilogue            f32 or packed f16/bf16 stores, bounds-checked; split-K partials go
-                        to an f32 workspace summed in split order by a second kernel
+Two kernel families serve it. On compute capability 9.0, 16-bit operands of one matrix
+each (a batch over a shared B folds into one) run the wgmma kernel of
+:mod:`.matmul_hopper` wherever its TMA loads can (16-byte aligned rows) and the output
+fills at least ~half the GPU with 128×128 tiles. Everything else runs the ``mma.sync``
+kernels below, built from :mod:`.helpers.mma_pipeline` (PTX ISA:
+https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-mma;
+design as CUTLASS's sm80 GEMM): f16/bf16 m16n8k16 or, for float32 inputs, tf32 m16n8k8 —
+one pass ("tf32") or three on split operands ("tf32x3", float32 accuracy). Each block
+computes a BM×BN tile of one batch entry (grid z = batch × K splits); the epilogue stages
+the accumulators in shared memory and writes whole 16-byte chunks in the output's dtype;
+split-K partials go to an f32 workspace summed in split order by a second kernel
+(deterministic).
 
 Layouts without copies: an operand is read from its *storage* matrix, the row-major array
 its memory is. A (M×K) is K-major (row-major A) or M-major (``x.T`` of a row-major K×M);
-B (K×N) is N-major (row-major B) or K-major (``y.T`` of a row-major N×K). The shared tile
-keeps the storage orientation, and ldmatrix's ``.trans`` turns it into the mma fragment.
-Leading dimensions travel as int32 scalars. A·B with both operands transposed (TT) copies
-B once; arrays with no unit stride are copied.
-
-On compute capability 9.0 the public entries run the wgmma kernel of :mod:`.matmul_hopper`
-instead wherever it can (16-byte aligned rows) and the output fills at least ~half the GPU
-with 128×128 tiles; the kernels below serve every other GPU, shape and layout.
-
-Shared tiles are swizzled (``helpers.tiles``: 16-byte chunk ^= line bits), tiles wider
-than 64 elements are stored as 64-column panels so every ldmatrix phase (8 rows × 16 B)
-and every 16-byte store hits 8 different bank groups.
+B (K×N) is N-major (row-major B) or K-major (``y.T`` of a row-major N×K). Copies are made
+only where no kernel reads the layout: 16-bit A·B with both transposed (TT: B once),
+float32 M-major A, batch dimensions that do not collapse into one stride, and matrices
+with no unit stride.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32, int64, uint16, uint32, uint64
+from numba import cuda, float32, int32, uint8, uint16
 
 from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
 from ..array import DeviceArray, bfloat16, empty
-from ..kernels.helpers import (
-    OUT_BF16,
-    OUT_F16,
-    OUT_F32,
-    chunk_coords,
-    ldmatrix_x4_b_row_col,
-    ldmatrix_x4_row_col,
-    store_row_chunk8,
-    swizzled_index,
-)
-from ..ptx_patches import (
-    cp_async_cg_16,
-    cp_async_commit_group,
-    cp_async_wait_group,
-    cvt_rn_bf16x2_f32,
-    cvt_rn_f16x2_f32,
-    device_function,
-    global_addr,
-    ld_global_nc_v4_u32,
-    ldmatrix_x4,
-    ldmatrix_x4_trans,
-    mma_m16n8k16_f32_bf16,
-    mma_m16n8k16_f32_f16,
-    shared_addr,
-    st_global_v4_f32,
-    st_global_v4_u32,
-    st_shared_v4_u32,
-)
+from ..grad import record
+from ..ptx_patches import cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32
 from ..validation import (
     as_array,
     check_contiguous,
-    check_dtype,
-    check_ndim,
     check_out,
     check_same_device,
+    check_same_dtype,
     fail,
 )
-from ..grad import record
 from . import matmul_hopper
+from .helpers import OUT_BF16, OUT_F16, OUT_F32, chunk_coords, store_row_chunk8
+from .helpers.mma_pipeline import mma_pipeline
 from .launch import kernel
 
 # -- tuning constants ------------------------------------------------------------------------
 
-# Tile classes: (BM, BN, BK, WARPS_M, WARPS_N, STAGES).
-# large: 128×256×64 per block, 8 warps of 64×64 (32 mmas per 8 ldmatrix.x4 per k16: half the
-#   shared-memory reads per mma of 64×32 warps), 4 cp.async stages of 48 KB; 255 registers,
-#   one block per SM. With the fragment double buffer: 260 -> 310 TFLOP/s f16 at 4096³ on
-#   the H100 (docs/perf-log-matmul.md #5). The sync pipeline keeps 128×128: its next tile in
-#   registers (48) on top of a 64×64 warp tile's 192 spills (226 registers, 1 block/SM).
+# Tile classes, helpers.mma_pipeline.Tile (BM, BN, BK, WARPS_M, WARPS_N, STAGES), per
+# operand size and load pipeline.
+# 16-bit large: 128×256×64 per block, 8 warps of 64×64 (32 mmas per 8 ldmatrix.x4 per
+#   k-step: half the shared-memory reads per mma of 64×32 warps), 4 cp.async stages of
+#   48 KB; 255 registers, one block per SM. With the fragment double buffer: 260 -> 310
+#   TFLOP/s f16 at 4096³ on the H100 (docs/perf-log-matmul.md #5). The sync pipeline keeps
+#   128×128: its next tile in registers (48) on top of a 64×64 warp tile's 192 spills.
 # small: 64×64, 4 warps of 32×32, for grids that large tiles leave under one wave and
 #   for the split-K decode shapes.
+# tf32 (4-byte operands): the same warp tiles with BK halved (128-byte K-major rows); the
+#   small tile keeps 2 stages (3 spilled 4-16 bytes on sm_89 / sm_90a, ptxas -v);
+#   tf32x3's split fragments double the operand registers, so its large tile is 128×128.
 TILES = {
-    "large": (128, 256, 64, 2, 4, 4),
-    "small": (64, 64, 32, 2, 2, 4),
+    ("16bit", "async"): {"large": (128, 256, 64, 2, 4, 4), "small": (64, 64, 32, 2, 2, 4)},
+    ("16bit", "sync"): {"large": (128, 128, 64, 2, 4, 3), "small": (64, 64, 32, 2, 2, 4)},
+    ("tf32", "async"): {"large": (128, 128, 32, 2, 4, 3), "small": (64, 64, 16, 2, 2, 2)},
+    ("tf32", "sync"): {"large": (128, 128, 32, 2, 4, 3), "small": (64, 64, 32, 2, 2, 3)},
 }
-SYNC_TILES = dict(TILES, large=(128, 128, 64, 2, 4, 3))
 # The large tile pays once it (nearly) fills the GPU: below that, 64×64 tiles win.
 LARGE_MIN_BLOCKS_PER_SM = 0.9
 # Split-K: below this many blocks per SM the K loop is split (deterministic: partials to an
@@ -108,360 +79,89 @@ MIN_SPLIT_K = 256
 REDUCE_THREADS = 256
 # Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
-
-# -- device helpers --------------------------------------------------------------------------
-
-
-@device_function
-def _tile_index(r, c, ROWS, COLS):
-    """Element index of (r, c) in a swizzled ROWS×COLS shared tile; wider than 64 columns
-    it is a row of 64-column panels (128-byte lines: the swizzle's conflict-free width)."""
-    if COLS <= 64:
-        return swizzled_index(r, c, COLS)
-    return (c // 64) * (ROWS * 64) + swizzled_index(r, c % 64, 64)
-
-
-@device_function
-def _cp_async_plan(src, ld, mn0, k_begin, mn_lim, tid, KMAJOR, ROWS, COLS):
-    """This thread's first 16-byte chunk of an operand tile, computed once per block:
-    (global address at k-tile 0, element index in a stage, its k within the tile, its
-    M/N coordinate, its bytes inside M/N (MN-major tiles; 16 for K-major)). The thread's
-    other chunks lie RSTEP storage rows further each (see :func:`_cp_async_issue`)."""
-    r, c = chunk_coords(tid, COLS)
-    base = global_addr(src, (0, 0))
-    s0 = int32(_tile_index(r, c, ROWS, COLS))
-    if KMAJOR:
-        g0 = base + uint64((int64(mn0 + r) * ld + k_begin + c) * 2)
-        return g0, s0, int32(c), int32(mn0 + r), int32(16)
-    g0 = base + uint64((int64(k_begin + r) * ld + mn0 + c) * 2)
-    mn_bytes = int32(max(0, min(8, mn_lim - (mn0 + c))) * 2)
-    return g0, s0, int32(r), int32(mn0 + c), mn_bytes
-
-
-@device_function
-def _cp_async_issue(s_addr, g, base, row_step_bytes, k_tile, kc, k_end, mn, mn_lim, mn_bytes,
-                    KMAJOR, CHUNKS, RSTEP, S_STEP_BYTES):
-    """cp.async this thread's CHUNKS chunks of one tile: chunk i at shared address
-    ``s_addr + i·S_STEP_BYTES`` from global ``g + i·row_step_bytes``; chunks past K or M/N
-    are zero-filled (partial chunks at the K edge copy the bytes that exist)."""
-    for i in range(CHUNKS):
-        if KMAJOR:
-            k = k_tile + kc
-            ok = mn + i * RSTEP < mn_lim and k < k_end
-            nbytes = min(16, (k_end - k) * 2)
-        else:
-            k = k_tile + kc + i * RSTEP
-            ok = k < k_end and mn_bytes > 0
-            nbytes = mn_bytes
-        # A zero-byte copy still needs a valid source address: the matrix's first element.
-        src = g + uint64(i) * row_step_bytes if ok else base
-        cp_async_cg_16(s_addr + i * S_STEP_BYTES, src, nbytes if ok else 0)
-
-
-@device_function
-def _element(src, r, c, rows_lim, cols_lim):
-    if r < rows_lim and c < cols_lim:
-        return uint32(src[r, c])
-    return uint32(0)
-
-
-@device_function
-def _load_chunk(src, ld, gr, gc, rows_lim, cols_lim, vec_ok):
-    """8 elements ``src[gr, gc:gc+8]`` as 4 packed uint32, zeros past the edge: one
-    128-bit load where the chunk is whole and 16-byte aligned, else element loads."""
-    if vec_ok != 0 and gr < rows_lim and gc + 8 <= cols_lim:
-        return ld_global_nc_v4_u32(global_addr(src, (0, 0)) + uint64((int64(gr) * ld + gc) * 2))
-    return (_element(src, gr, gc, rows_lim, cols_lim)
-            | (_element(src, gr, gc + 1, rows_lim, cols_lim) << 16),
-            _element(src, gr, gc + 2, rows_lim, cols_lim)
-            | (_element(src, gr, gc + 3, rows_lim, cols_lim) << 16),
-            _element(src, gr, gc + 4, rows_lim, cols_lim)
-            | (_element(src, gr, gc + 5, rows_lim, cols_lim) << 16),
-            _element(src, gr, gc + 6, rows_lim, cols_lim)
-            | (_element(src, gr, gc + 7, rows_lim, cols_lim) << 16))
-
+# float32 inputs: "highest" runs tf32x3 (float32 accuracy), "tf32" one tf32 pass.
+PRECISIONS = {"highest": "tf32x3", "tf32": "tf32"}
+DEFAULT_PRECISION = "highest"
 
 # -- kernels ---------------------------------------------------------------------------------
 
-_SIGNATURE = ("void(uint16[:, :], uint16[:, :], float32[:, ::1], uint16[:, ::1], "
-              "float32[:, :, ::1], int32, int32, int32, int32, int32, int32, int32, int32, "
-              "int32)")
 
+def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str, tile: str):
+    """One variant, built from :func:`helpers.mma_pipeline.mma_pipeline`. Arguments
+    (outputs after inputs, sizes last):
 
-def _make_matmul_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, pipeline: str,
-                        tile: str):
-    """One kernel variant. Arguments (outputs after inputs, sizes last):
-
-    a, b     storage matrices (uint16 bits): A as M×K (``a_kmajor``) or K×M; B as N×K
-             (``b_kmajor``) or K×N; the unit stride on the last axis
-    out32, out16   the output for kind OUT_F32, or OUT_F16/OUT_BF16 (the other is unused)
-    ws       split-K workspace [splits, M, N] f32 (used when gridDim.z > 1)
-    M, N, K, lda, ldb, k_chunk (K per split, a multiple of BK), kind
+    a, b     storage matrices ``[batch, rows, cols]`` (bits as unsigned integers; batch
+             stride 0 broadcasts): A as M×K (``a_kmajor``) or K×M; B as N×K (``b_kmajor``)
+             or K×N
+    out32, out16   the output [batch, M, N] for kind OUT_F32, or OUT_F16/OUT_BF16
+    ws       split-K workspace [batch, splits, M, N] f32 (used when splits > 1)
+    M, N, K, lda, ldb, k_chunk (K per split, a multiple of BK), splits, kind
     vec_ok   the storage rows are 16-byte aligned: whole chunks load as 128 bits (sync)
     out_vec  the output rows (and the workspace's) are 16-byte aligned: 128-bit stores
+
+    Grid: (N tiles, M tiles, batch × splits).
     """
-    BM, BN, BK, WARPS_M, WARPS_N, STAGES = (TILES if pipeline == "async" else SYNC_TILES)[tile]
-    ASYNC = pipeline == "async"
-    NBUF = STAGES if ASYNC else 2
-    PENDING = STAGES - 2  # cp.async groups left in flight when a stage is consumed
-    THREADS = 32 * WARPS_M * WARPS_N
-    WM, WN = BM // WARPS_M, BN // WARPS_N
-    MT, NT = WM // 16, WN // 8  # m16 and n8 mma tiles per warp
-    NP = NT // 2  # ldmatrix.x4 loads of B per k16 (two n8 tiles each)
-    KSTEPS = BK // 16
-    A_ROWS, A_COLS = (BM, BK) if a_kmajor else (BK, BM)
-    B_ROWS, B_COLS = (BN, BK) if b_kmajor else (BK, BN)
-    A_ELEMS, B_ELEMS = BM * BK, BN * BK
-    A_CHUNKS, B_CHUNKS = A_ELEMS // 8 // THREADS, B_ELEMS // 8 // THREADS
-    B_BASE = NBUF * A_ELEMS  # B's ring follows A's in the dynamic shared array
-    A_STAGE_BYTES, B_STAGE_BYTES = A_ELEMS * 2, B_ELEMS * 2
-    # A thread's loader chunks are RSTEP storage rows apart: a multiple of the swizzle's
-    # period (8 lines of 128 B), so each is chunk 0's shared address plus S_STEP bytes.
-    A_RSTEP, B_RSTEP = THREADS // (A_COLS // 8), THREADS // (B_COLS // 8)
-    A_S_STEP = A_RSTEP * min(A_COLS, 64) * 2
-    B_S_STEP = B_RSTEP * min(B_COLS, 64) * 2
-    CS = BN + 8  # row stride of the f32 C tile the epilogue stages in shared memory
-    SHARED_BYTES = max(NBUF * (A_ELEMS + B_ELEMS) * 2, BM * CS * 4)
-    mma = mma_m16n8k16_f32_f16 if dtype == "f16" else mma_m16n8k16_f32_bf16
-    # ldmatrix lane pattern: row_col when the tile's rows are the fragment's rows (A
-    # K-major, B N-major with .trans), b_row_col otherwise.
-    a_lane_rc = ldmatrix_x4_row_col if a_kmajor else ldmatrix_x4_b_row_col
-    b_lane_rc = ldmatrix_x4_row_col if not b_kmajor else ldmatrix_x4_b_row_col
-    a_ldmatrix = ldmatrix_x4 if a_kmajor else ldmatrix_x4_trans
-    b_ldmatrix = ldmatrix_x4_trans if not b_kmajor else ldmatrix_x4
-
-    @device_function
-    def load_fragments(smem, a_stage, b_stage, a_idx, b_idx, ks, afrag, bfrag):
-        """ldmatrix this warp's A and B fragments of k16 step ``ks`` of the stages at element
-        offsets ``a_stage`` and ``b_stage``. Step ks of a K-major tile flips bit 4 of the
-        swizzled column (16 elements, below the line bits the swizzle XORs in); of an
-        M/N-major tile it moves 16 rows = whole 128-byte lines, which the swizzle leaves."""
-        for i in range(MT):
-            idx = a_idx[i] ^ (16 * ks) if a_kmajor else a_idx[i] + 16 * 64 * ks
-            fa = a_ldmatrix(shared_addr(smem, a_stage + idx))
-            for e in range(4):
-                afrag[i, e] = fa[e]
-        for p in range(NP):
-            # One x4 gives the B fragments of two n8 tiles: (r0, r1) and (r2, r3).
-            idx = b_idx[p] ^ (16 * ks) if b_kmajor else b_idx[p] + 16 * 64 * ks
-            fb = b_ldmatrix(shared_addr(smem, b_stage + idx))
-            bfrag[2 * p, 0] = fb[0]
-            bfrag[2 * p, 1] = fb[1]
-            bfrag[2 * p + 1, 0] = fb[2]
-            bfrag[2 * p + 1, 1] = fb[3]
-
+    group = "tf32" if operand.startswith("tf32") else "16bit"
+    block_tile = TILES[(group, loads)][tile]
+    pipe = mma_pipeline(operand, a_kmajor, b_kmajor, loads, block_tile)
+    BM, BN = block_tile[0], block_tile[1]
+    THREADS, MT, NT, CS = pipe.THREADS, pipe.MT, pipe.NT, pipe.CS
+    storage = pipe.operand.storage
+    mainloop, stage_accumulators = pipe.mainloop, pipe.stage_accumulators
+    signature = (f"void({storage}[:, :, :], {storage}[:, :, :], float32[:, :, ::1], "
+                 "uint16[:, :, ::1], float32[:, :, :, ::1], int32, int32, int32, int32, int32, "
+                 "int32, int32, int32, int32, int32)")
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
-    name = f"_matmul_tc_{dtype}_{layout}_{pipeline}_{tile}_fwd_kernel"
 
-    @kernel([_SIGNATURE], name=name, max_dynamic_shared_bytes=SHARED_BYTES,
-            launch_bounds=THREADS)
-    def _matmul_fwd_kernel(a, b, out32, out16, ws, M, N, K, lda, ldb, k_chunk, kind, vec_ok,
-                           out_vec):
-        smem = cuda.shared.array(0, uint16)
+    @kernel([signature], name=f"_matmul_fwd_kernel_{operand}_{layout}_{loads}_{tile}",
+            max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
+    def _matmul_fwd_kernel(a, b, out32, out16, ws, M, N, K, lda, ldb, k_chunk, splits, kind,
+                           vec_ok, out_vec):
+        smem = cuda.shared.array(0, uint8)
         acc = cuda.local.array((MT, NT, 4), float32)  # [m16 tile][n8 tile][C fragment]
-        afrag = cuda.local.array((MT, 4), uint32)  # the next k16 step's fragments
-        bfrag = cuda.local.array((NT, 2), uint32)
-        acur = cuda.local.array((MT, 4), uint32)  # this step's
-        bcur = cuda.local.array((NT, 2), uint32)
-        ra = cuda.local.array((A_CHUNKS, 4), uint32)  # sync: the next tile, in registers
-        rb = cuda.local.array((B_CHUNKS, 4), uint32)
         for i in range(MT):
             for j in range(NT):
                 for e in range(4):
                     acc[i, j, e] = float32(0.0)
-
-        tid = int32(cuda.threadIdx.x)
-        lane, warp = tid % 32, tid // 32
-        wm = (warp // WARPS_N) * WM
-        wn = (warp % WARPS_N) * WN
         m0 = int32(cuda.blockIdx.y) * BM
         n0 = int32(cuda.blockIdx.x) * BN
-        split = int32(cuda.blockIdx.z)
+        bz = int32(cuda.blockIdx.z) // splits
+        split = int32(cuda.blockIdx.z) % splits
         k_begin = split * k_chunk
-        k_end = min(K, k_begin + k_chunk)
-        n_ktiles = (k_end - k_begin + BK - 1) // BK
-        # This lane's ldmatrix addresses (element offsets in a stage) at ks = 0.
-        a_idx = cuda.local.array(MT, int32)
-        b_idx = cuda.local.array(NP, int32)
-        a_r, a_c = a_lane_rc(lane)
-        b_r, b_c = b_lane_rc(lane)
-        for i in range(MT):
-            if a_kmajor:
-                a_idx[i] = _tile_index(wm + 16 * i + a_r, a_c, A_ROWS, A_COLS)
-            else:
-                a_idx[i] = _tile_index(a_r, wm + 16 * i + a_c, A_ROWS, A_COLS)
-        for p in range(NP):
-            if b_kmajor:
-                b_idx[p] = _tile_index(wn + 16 * p + b_r, b_c, B_ROWS, B_COLS)
-            else:
-                b_idx[p] = _tile_index(b_r, wn + 16 * p + b_c, B_ROWS, B_COLS)
+        mainloop(smem, a, b, bz, lda, ldb, m0, n0, k_begin, min(K, k_begin + k_chunk), M,
+                      N, vec_ok, acc)
 
-        # Storage coordinates of tile kt: (row0, col0) and the limits past which it is zero.
-        a_row0 = m0 if a_kmajor else k_begin
-        a_col0 = k_begin if a_kmajor else m0
-        a_rows_lim = M if a_kmajor else k_end
-        a_cols_lim = k_end if a_kmajor else M
-        b_row0 = n0 if b_kmajor else k_begin
-        b_col0 = k_begin if b_kmajor else n0
-        b_rows_lim = N if b_kmajor else k_end
-        b_cols_lim = k_end if b_kmajor else N
-        a_step_r = 0 if a_kmajor else BK
-        a_step_c = BK if a_kmajor else 0
-        b_step_r = 0 if b_kmajor else BK
-        b_step_c = BK if b_kmajor else 0
-
-        if ASYNC:
-            a_base = global_addr(a, (0, 0))
-            b_base = global_addr(b, (0, 0))
-            a_g0, a_s0, a_kc, a_mn, a_mnb = _cp_async_plan(a, lda, m0, k_begin, M, tid,
-                                                           a_kmajor, A_ROWS, A_COLS)
-            b_g0, b_s0, b_kc, b_mn, b_mnb = _cp_async_plan(b, ldb, n0, k_begin, N, tid,
-                                                           b_kmajor, B_ROWS, B_COLS)
-            a_kstep = uint64(BK * 2) if a_kmajor else uint64(int64(BK) * lda * 2)
-            b_kstep = uint64(BK * 2) if b_kmajor else uint64(int64(BK) * ldb * 2)
-            a_rstep = uint64(int64(A_RSTEP) * lda * 2)
-            b_rstep = uint64(int64(B_RSTEP) * ldb * 2)
-            a_sbase = shared_addr(smem, a_s0)
-            b_sbase = shared_addr(smem, B_BASE + b_s0)
-            # Prologue: STAGES-1 tiles in flight (one commit group each, empty past the end,
-            # so wait_group's count stays exact); wait for tile 0.
-            for s in range(STAGES - 1):
-                if s < n_ktiles:
-                    _cp_async_issue(a_sbase + s * A_STAGE_BYTES, a_g0 + uint64(s) * a_kstep,
-                                    a_base, a_rstep, k_begin + s * BK, a_kc, k_end, a_mn, M,
-                                    a_mnb, a_kmajor, A_CHUNKS, A_RSTEP, A_S_STEP)
-                    _cp_async_issue(b_sbase + s * B_STAGE_BYTES, b_g0 + uint64(s) * b_kstep,
-                                    b_base, b_rstep, k_begin + s * BK, b_kc, k_end, b_mn, N,
-                                    b_mnb, b_kmajor, B_CHUNKS, B_RSTEP, B_S_STEP)
-                cp_async_commit_group()
-            cp_async_wait_group(PENDING)
-        else:
-            for i in range(A_CHUNKS):
-                r, c = chunk_coords(tid + i * THREADS, A_COLS)
-                v = _load_chunk(a, lda, a_row0 + r, a_col0 + c, a_rows_lim,
-                                a_cols_lim, vec_ok)
-                st_shared_v4_u32(shared_addr(smem, _tile_index(r, c, A_ROWS, A_COLS)), v)
-            for i in range(B_CHUNKS):
-                r, c = chunk_coords(tid + i * THREADS, B_COLS)
-                v = _load_chunk(b, ldb, b_row0 + r, b_col0 + c, b_rows_lim,
-                                b_cols_lim, vec_ok)
-                st_shared_v4_u32(shared_addr(smem, B_BASE + _tile_index(r, c, B_ROWS, B_COLS)),
-                                 v)
-        cuda.syncthreads()
-        load_fragments(smem, int32(0), int32(B_BASE), a_idx, b_idx, int32(0), afrag, bfrag)
-
-        # Fragments are double-buffered: each k16 step ldmatrix-es the next step's fragments
-        # (across the tile boundary too) before its own mmas issue, so the shared-memory
-        # latency hides behind 32 mmas of the same warp.
-        for kt in range(n_ktiles):
-            stage = int32(kt % NBUF)
-            if ASYNC:
-                # Every warp passed the barrier that followed its last read of tile kt-1 (at
-                # its last k16 step it loaded tile kt's first fragments after that barrier):
-                # its stage is free for tile kt+STAGES-1.
-                nxt = kt + STAGES - 1
-                if nxt < n_ktiles:
-                    ns = nxt % STAGES
-                    _cp_async_issue(a_sbase + ns * A_STAGE_BYTES, a_g0 + uint64(nxt) * a_kstep,
-                                    a_base, a_rstep, k_begin + nxt * BK, a_kc, k_end, a_mn, M,
-                                    a_mnb, a_kmajor, A_CHUNKS, A_RSTEP, A_S_STEP)
-                    _cp_async_issue(b_sbase + ns * B_STAGE_BYTES, b_g0 + uint64(nxt) * b_kstep,
-                                    b_base, b_rstep, k_begin + nxt * BK, b_kc, k_end, b_mn, N,
-                                    b_mnb, b_kmajor, B_CHUNKS, B_RSTEP, B_S_STEP)
-                cp_async_commit_group()
-            elif kt + 1 < n_ktiles:
-                # Next tile's global loads are in flight while this one computes.
-                for i in range(A_CHUNKS):
-                    r, c = chunk_coords(tid + i * THREADS, A_COLS)
-                    v = _load_chunk(a, lda, a_row0 + (kt + 1) * a_step_r + r,
-                                    a_col0 + (kt + 1) * a_step_c + c, a_rows_lim,
-                                    a_cols_lim, vec_ok)
-                    for e in range(4):
-                        ra[i, e] = v[e]
-                for i in range(B_CHUNKS):
-                    r, c = chunk_coords(tid + i * THREADS, B_COLS)
-                    v = _load_chunk(b, ldb, b_row0 + (kt + 1) * b_step_r + r,
-                                    b_col0 + (kt + 1) * b_step_c + c, b_rows_lim,
-                                    b_cols_lim, vec_ok)
-                    for e in range(4):
-                        rb[i, e] = v[e]
-
-            for ks in range(KSTEPS):
-                for i in range(MT):
-                    for e in range(4):
-                        acur[i, e] = afrag[i, e]
-                for j in range(NT):
-                    for e in range(2):
-                        bcur[j, e] = bfrag[j, e]
-                next_stage, next_ks = stage, int32(ks + 1)
-                if ks == KSTEPS - 1:
-                    next_stage, next_ks = int32((kt + 1) % NBUF), int32(0)
-                    if ASYNC:
-                        cp_async_wait_group(PENDING)  # tile kt+1 has landed
-                    elif kt + 1 < n_ktiles:
-                        # Its buffer was last read before the previous tile's barrier.
-                        for i in range(A_CHUNKS):
-                            r, c = chunk_coords(tid + i * THREADS, A_COLS)
-                            st_shared_v4_u32(
-                                shared_addr(smem, next_stage * A_ELEMS
-                                            + _tile_index(r, c, A_ROWS, A_COLS)),
-                                (ra[i, 0], ra[i, 1], ra[i, 2], ra[i, 3]))
-                        for i in range(B_CHUNKS):
-                            r, c = chunk_coords(tid + i * THREADS, B_COLS)
-                            st_shared_v4_u32(
-                                shared_addr(smem, B_BASE + next_stage * B_ELEMS
-                                            + _tile_index(r, c, B_ROWS, B_COLS)),
-                                (rb[i, 0], rb[i, 1], rb[i, 2], rb[i, 3]))
-                    cuda.syncthreads()
-                # Past the last tile this reads a stale stage: in bounds, and never used.
-                load_fragments(smem, next_stage * A_ELEMS, B_BASE + next_stage * B_ELEMS,
-                               a_idx, b_idx, next_ks, afrag, bfrag)
-                for i in range(MT):
-                    for j in range(NT):
-                        d = mma((acur[i, 0], acur[i, 1], acur[i, 2], acur[i, 3]),
-                                (bcur[j, 0], bcur[j, 1]),
-                                (acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3]))
-                        for e in range(4):
-                            acc[i, j, e] = d[e]
-
-        # Epilogue through shared memory: fragments -> an f32 C tile (rows padded by 8 so
-        # each half-warp's 8-byte fragment stores hit 32 different banks), then each thread
+        # Epilogue through shared memory: accumulators -> an f32 C tile, then each thread
         # writes whole 8-column chunks: coalesced 16-byte global stores.
-        if ASYNC:
-            cp_async_wait_group(0)
         cuda.syncthreads()
         cs = cuda.shared.array(0, float32)
-        g, t = lane // 4, lane % 4
-        for i in range(MT):
-            for j in range(NT):
-                r = wm + 16 * i + g
-                c = wn + 8 * j + 2 * t
-                cs[r * CS + c] = acc[i, j, 0]
-                cs[r * CS + c + 1] = acc[i, j, 1]
-                cs[(r + 8) * CS + c] = acc[i, j, 2]
-                cs[(r + 8) * CS + c + 1] = acc[i, j, 3]
+        stage_accumulators(cs, acc)
         cuda.syncthreads()
-        split_k = int32(cuda.gridDim.z) > 1
-        dst32 = ws[split] if split_k else out32
+        tid = int32(cuda.threadIdx.x)
+        split_k = splits > 1
+        dst32 = ws[bz, split] if split_k else out32[bz]
         out_kind = OUT_F32 if split_k else kind
         for q in range(BM * BN // 8 // THREADS):
             r, c = chunk_coords(tid + q * THREADS, BN)
-            store_row_chunk8(dst32, out16, out_kind, m0 + r, n0 + c, M, N, out_vec, cs, r * CS + c)
+            store_row_chunk8(dst32, out16[bz], out_kind, m0 + r, n0 + c, M, N, out_vec, cs,
+                             r * CS + c)
 
     _matmul_fwd_kernel.threads = THREADS
-    _matmul_fwd_kernel.shared_bytes = SHARED_BYTES
-    _matmul_fwd_kernel.block_tile = (BM, BN, BK)
+    _matmul_fwd_kernel.shared_bytes = pipe.SHARED_BYTES
+    _matmul_fwd_kernel.block_tile = block_tile[:3]
     return _matmul_fwd_kernel
 
 
-@kernel(["void(float32[:, :, ::1], float32[:, ::1], uint16[:, ::1], int32)"],
+@kernel(["void(float32[:, :, :, ::1], float32[:, :, ::1], uint16[:, :, ::1], int32)"],
         name="_matmul_splitk_reduce_kernel")
 def _matmul_splitk_reduce_kernel(ws, out32, out16, kind):
-    """out = Σ_s ws[s] in split order (deterministic), in the output's dtype. Each thread
-    writes one pair of columns (one packed 32-bit store for 16-bit outputs)."""
-    splits, m, n = ws.shape
+    """out[z] = Σ_s ws[z, s] in split order (deterministic), in the output's dtype; grid
+    y walks the batch. Each thread writes one pair of columns (one packed 32-bit store for
+    16-bit outputs)."""
+    _, splits, m, n = ws.shape
+    z = int32(cuda.blockIdx.y)
     half_n = (n + 1) // 2
-    i = int32(cuda.grid(1))
+    i = int32(cuda.blockIdx.x) * int32(cuda.blockDim.x) + int32(cuda.threadIdx.x)
     if i >= m * half_n:
         return
     r = i // half_n
@@ -469,265 +169,416 @@ def _matmul_splitk_reduce_kernel(ws, out32, out16, kind):
     lo = float32(0.0)
     hi = float32(0.0)
     for s in range(splits):
-        lo += ws[s, r, c]
+        lo += ws[z, s, r, c]
         if c + 1 < n:
-            hi += ws[s, r, c + 1]
+            hi += ws[z, s, r, c + 1]
     if kind == OUT_F32:
-        out32[r, c] = lo
+        out32[z, r, c] = lo
         if c + 1 < n:
-            out32[r, c + 1] = hi
+            out32[z, r, c + 1] = hi
     else:
         packed = cvt_rn_f16x2_f32(lo, hi) if kind == OUT_F16 else cvt_rn_bf16x2_f32(lo, hi)
-        out16[r, c] = uint16(packed & 0xFFFF)
+        out16[z, r, c] = uint16(packed & 0xFFFF)
         if c + 1 < n:
-            out16[r, c + 1] = uint16(packed >> 16)
+            out16[z, r, c + 1] = uint16(packed >> 16)
 
 
-# Every variant: dtype × layout (NN, NT, TN) × pipeline × tile class.
-_LAYOUTS = ((True, False), (True, True), (False, False))
+# Every variant: 16-bit operands × layout (NN, NT, TN; TT copies B) × loads × tile class,
+# and tf32 / tf32x3 with a K-major A (a transposed f32 A is copied) × B either way.
 _KERNELS = {
-    (dtype, a_k, b_k, pipeline, tile): _make_matmul_kernel(dtype, a_k, b_k, pipeline, tile)
-    for dtype in ("f16", "bf16")
-    for a_k, b_k in _LAYOUTS
-    for pipeline in ("sync", "async")
-    for tile in TILES
+    **{(operand, a_k, b_k, loads, tile): _make_matmul_kernel(operand, a_k, b_k, loads, tile)
+       for operand in ("f16", "bf16")
+       for a_k, b_k in ((True, False), (True, True), (False, False))
+       for loads in ("sync", "async")
+       for tile in ("large", "small")},
+    **{(operand, True, b_k, loads, tile): _make_matmul_kernel(operand, True, b_k, loads, tile)
+       for operand in ("tf32", "tf32x3")
+       for b_k in (False, True)
+       for loads in ("sync", "async")
+       for tile in ("large", "small")},
 }
 
 # -- host entries ----------------------------------------------------------------------------
 
 _F32, _U16 = np.dtype(np.float32), np.dtype(np.uint16)
+_INPUT_DTYPES = (np.dtype(np.float16), bfloat16, _F32)
+_16BIT_OPERAND = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
 
 
-_DTYPE_KEY = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
+class Operands(NamedTuple):
+    """A matmul problem in the kernels' terms (:func:`plan_operands`)."""
+
+    a: DeviceArray  # storage [batch, rows, cols] (A as M×K when a_kmajor, else K×M)
+    lda: int
+    a_kmajor: bool
+    b: DeviceArray  # storage [batch, rows, cols] (B as N×K when b_kmajor, else K×N)
+    ldb: int
+    b_kmajor: bool
+    batch: int
+    m: int
+    n: int
+    k: int
 
 
 def _storage(op: str, name: str, x: DeviceArray, k_axis: int):
-    """(storage view, ld, k_major) for operand ``x`` without copying when one axis has unit
-    stride. The storage is row-major with rows of ``ld`` elements: ``x`` itself when its
-    last axis is contiguous, ``x.T`` when its first is. Copies only when neither is."""
+    """(storage view, ld, k_major) of the 2-D operand ``x``, without copying when one axis
+    has unit stride: the storage is row-major with rows of ``ld`` elements, ``x`` itself
+    when its last axis is contiguous, ``x.T`` when its first is (a vector is stored along
+    its length). Returns None when neither axis has unit stride."""
     rows, cols = x.shape
     isz = x.itemsize
-    if cols == 1 or x.strides[1] == isz:
-        ld = x.strides[0] // isz if rows > 1 else cols
-        if rows > 1 and x.strides[0] % isz:
-            fail(ValueError, op, name, "strides in whole elements", x.strides)
-        strides = (max(ld, 1) * isz, isz)
-        storage = x if x.strides == strides else x._view((rows, cols), strides)
-        kmajor = k_axis == 1
-    elif rows == 1 or x.strides[0] == isz:
-        ld = x.strides[1] // isz
-        storage, kmajor = x._view((cols, rows), (ld * isz, isz)), k_axis == 0
+    if rows > 1 and x.strides[0] == isz and (cols == 1 or x.strides[1] != isz):
+        storage, ld, kmajor = x._view((cols, rows), (x.strides[1], isz)), x.strides[1], k_axis == 0
+    elif cols == 1 or x.strides[1] == isz:
+        storage, ld, kmajor = x._view((rows, cols), (x.strides[0], isz)), x.strides[0], k_axis == 1
     else:
-        return _storage(op, name, x.copy(), k_axis)
-    ld = max(ld, 1)
-    if storage.shape[0] == 1:
-        ld = -(-storage.shape[1] // 8) * 8  # one row: ld is never used to step, align it
+        return None
+    if ld % isz:
+        fail(ValueError, op, name, "strides in whole elements", x.strides)
+    ld //= isz
+    if storage.shape[0] == 1 or ld < storage.shape[1]:
+        ld = -(-storage.shape[1] // 8) * 8  # one row: ld never steps, keep it aligned
     return storage, ld, kmajor
 
 
-def _aligned(storage: DeviceArray, ld: int) -> bool:
-    """16-byte rows: cp.async / 128-bit loads may move whole chunks."""
-    return storage.ptr % 16 == 0 and ld % 8 == 0
+def _batch_stride(x: DeviceArray, batch_shape: tuple):
+    """The one stride (bytes) that walks ``x``'s batch dimensions broadcast to
+    ``batch_shape`` (0 when broadcast), or None when they do not collapse into one."""
+    lead = x.ndim - 2
+    dims = []
+    for i, d in enumerate(batch_shape):
+        j = i - (len(batch_shape) - lead)
+        own = x.shape[j] if j >= 0 else 1
+        stride = x.strides[j] if j >= 0 and own > 1 else 0
+        if d > 1:
+            dims.append((d, stride))
+    stride = dims[-1][1] if dims else 0
+    for (_, outer), (d, inner) in zip(dims, dims[1:]):
+        if outer != inner * d:
+            return None
+    return stride
 
 
-def _choose(m: int, n: int, k: int, sms: int, pipeline: str = "async") -> tuple[str, int, int]:
-    """(tile class, splits, k per split) for an M×N×K problem on a GPU with ``sms`` SMs."""
-    tiles_of = TILES if pipeline == "async" else SYNC_TILES
-    bm, bn, bk = tiles_of["large"][:3]
-    if math.ceil(m / bm) * math.ceil(n / bn) >= LARGE_MIN_BLOCKS_PER_SM * sms:
+def plan_operands(op: str, a: DeviceArray, b: DeviceArray, batch_shape: tuple) -> Operands:
+    """The storage views of ``a`` [..., M, K] and ``b`` [..., K, N] (batch dimensions
+    broadcast to ``batch_shape``) and their layouts, copying an operand only where no view
+    serves: batch dimensions that do not collapse into one stride, or a matrix with no unit
+    stride. A batched A over a shared B whose rows continue across the batch (any
+    row-major A) folds into one (batch·M)×K matrix: the kernels see one large problem."""
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = math.prod(batch_shape)
+    parts = []
+    for name, x, k_axis in (("a", a, 1), ("b", b, 0)):
+        x_batch = _batch_stride(x, batch_shape)
+        storage = _storage(op, name, _first_matrix(x), k_axis)
+        if x_batch is None or storage is None:
+            x = _broadcast(x, batch_shape).copy()
+            x_batch = x.strides[-3] if batch > 1 else 0
+            storage = _storage(op, name, _first_matrix(x), k_axis)
+        parts.append((storage, x_batch))
+    ((sa, lda, a_kmajor), a_batch), ((sb, ldb, b_kmajor), b_batch) = parts
+    if batch > 1 and b_batch == 0 and a_kmajor and a_batch == m * lda * a.itemsize:
+        sa, m, batch, a_batch = sa._view((batch * m, k), sa.strides), batch * m, 1, 0
+    a3 = sa._view((batch,) + sa.shape, (a_batch,) + sa.strides)
+    b3 = sb._view((batch,) + sb.shape, (b_batch,) + sb.strides)
+    return Operands(a3, lda, a_kmajor, b3, ldb, b_kmajor, batch, m, n, k)
+
+
+def _first_matrix(x: DeviceArray) -> DeviceArray:
+    """The 2-D matrix at batch index 0 of ``x`` [..., R, C] (a view)."""
+    return x[(0,) * (x.ndim - 2)] if x.ndim > 2 else x
+
+
+def _broadcast(x: DeviceArray, batch_shape: tuple) -> DeviceArray:
+    """``x`` [..., R, C] as a view of shape batch_shape + (R, C) (stride 0 where broadcast)."""
+    lead = len(batch_shape) - (x.ndim - 2)
+    strides = (0,) * lead + tuple(s if d > 1 else 0 for d, s in zip(x.shape[:-2], x.strides))
+    return x._view(tuple(batch_shape) + x.shape[-2:], strides + x.strides[-2:])
+
+
+def _aligned(x3: DeviceArray, ld: int) -> bool:
+    """16-byte aligned rows in every batch: cp.async / 128-bit loads move whole chunks."""
+    return x3.ptr % 16 == 0 and (ld * x3.itemsize) % 16 == 0 and x3.strides[0] % 16 == 0
+
+
+def _choose(m: int, n: int, k: int, sms: int, tiles: dict, batch: int = 1):
+    """(tile class, splits, k per split) for ``batch`` M×N×K problems on ``sms`` SMs."""
+    bm, bn, bk = tiles["large"][:3]
+    if batch * math.ceil(m / bm) * math.ceil(n / bn) >= LARGE_MIN_BLOCKS_PER_SM * sms:
         return "large", 1, k
-    bm, bn, bk = tiles_of["small"][:3]
-    tiles = math.ceil(m / bm) * math.ceil(n / bn)
-    splits = max(1, min(math.ceil(SPLIT_TARGET_BLOCKS_PER_SM * sms / tiles), k // MIN_SPLIT_K))
+    bm, bn, bk = tiles["small"][:3]
+    blocks = batch * math.ceil(m / bm) * math.ceil(n / bn)
+    splits = max(1, min(math.ceil(SPLIT_TARGET_BLOCKS_PER_SM * sms / blocks), k // MIN_SPLIT_K))
     k_chunk = math.ceil(math.ceil(k / splits) / bk) * bk
     return "small", math.ceil(k / k_chunk), k_chunk
 
 
-# Hopper launch plans of the public entries, keyed by both operands' (address, shape,
-# strides, dtype, device) and the input dtype: a repeated call skips validation, the
-# layout analysis and the tile choice (the key pins all of them) and costs an allocation
-# and a launch. Plans hold scalars and tensor maps, never the operands themselves.
-_HOPPER_PLANS: dict[tuple, "matmul_hopper.LaunchPlan"] = {}
-HOPPER_PLAN_CACHE = 256
+def _result_shape(op: str, a: DeviceArray, b: DeviceArray):
+    """NumPy's matmul shapes: (a as [..., M, K], b as [..., K, N], batch shape, result
+    shape). A 1-D a is a row [1, K] and a 1-D b a column [K, 1], their dimension dropped
+    from the result; batch dimensions broadcast."""
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim == 0:
+            fail(ValueError, op, name, "an array of at least 1 dimension (0-d: use *)",
+                 "a 0-d array")
+    a2 = a._view((1,) + a.shape, (0,) + a.strides) if a.ndim == 1 else a
+    b2 = b._view(b.shape + (1,), b.strides + (0,)) if b.ndim == 1 else b
+    if b2.shape[-2] != a2.shape[-1]:
+        fail(ValueError, op, "b", f"{a2.shape[-1]} rows (a is {a.shape}: inner dimensions "
+             "must match)", f"shape {b.shape}")
+    try:
+        batch_shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        fail(ValueError, op, "b", f"batch dimensions that broadcast with a's {a.shape[:-2]}",
+             f"shape {b.shape}")
+    shape = batch_shape + ((a2.shape[-2],) if a.ndim > 1 else ()) + (
+        (b2.shape[-1],) if b.ndim > 1 else ())
+    return a2, b2, tuple(batch_shape), shape
 
 
-def _output(op: str, out, out_dtype, shape: tuple, a: DeviceArray) -> DeviceArray:
-    """The output: ``out`` checked (shape, dtype, ``a``'s device, contiguous), or a new
-    array of ``out_dtype`` (default: ``out``'s dtype, else float32)."""
-    out_dtype = np.dtype(out_dtype if out_dtype is not None
-                         else (out.dtype if out is not None else np.float32))
-    if out_dtype not in _OUT_KIND:
-        fail(TypeError, op, "out_dtype", "float32, float16 or bfloat16", out_dtype)
+def _output(op: str, out, dtype, shape: tuple, a: DeviceArray, default=None) -> DeviceArray:
+    """The output: ``out`` checked (shape, dtype, ``a``'s device, C-contiguous), or a new
+    array of ``dtype`` (default: ``out``'s dtype, else ``default``, else ``a``'s)."""
+    if dtype is None:
+        dtype = out.dtype if out is not None else (a.dtype if default is None else default)
+    dtype = np.dtype(dtype)
+    if dtype not in _OUT_KIND:
+        fail(TypeError, op, "dtype", "float32, float16 or bfloat16", dtype)
     if out is None:
-        return empty(shape, out_dtype)
-    out = check_out(op, out, shape, out_dtype)
+        return empty(shape, dtype)
+    out = check_out(op, out, shape, dtype)
     check_same_device(op, a=a, out=out)
     check_contiguous(op, "out", out)
     return out
 
 
-def matmul_fwd(op: str, a, b, *, dtype, pipeline: str, out=None, out_dtype=None,
-               tile: str | None = None, splits: int | None = None,
-               prefer_wgmma: bool = False) -> DeviceArray:
-    """Validate and launch: ``a @ b`` for ``dtype`` (float16 or bfloat16) inputs.
+# Hopper launch plans of the public entries, keyed by both operands' (address, shape,
+# strides, dtype, device): a repeated call skips validation, the layout analysis and the
+# tile choice (the key pins all of them) and costs an allocation and a launch. Plans hold
+# scalars and tensor maps, never the operands themselves.
+_HOPPER_PLANS: dict[tuple, "matmul_hopper.LaunchPlan"] = {}
+HOPPER_PLAN_CACHE = 256
 
-    ``pipeline``: "sync" or "async" (mma.sync; "async" falls back to "sync" where a storage
-    row is not 16-byte aligned: cp.async moves whole 16-byte chunks), or "wgmma" (the
-    Hopper kernel of :mod:`.matmul_hopper`; ValueError where the GPU or the operands
-    cannot run it). ``prefer_wgmma``: run the Hopper kernel instead of ``pipeline``
-    wherever it can and the shape fills the GPU (the public entries). ``tile``/``splits``
-    override the shape-class choice (tests and benchmarks).
+
+def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out=None,
+               dtype=None, default_dtype=None, precision: str = DEFAULT_PRECISION,
+               tile: str | None = None, splits: int | None = None,
+               prefer_wgmma: bool = True) -> DeviceArray:
+    """Validate and launch ``a @ b`` with NumPy's matmul semantics (1-D operands,
+    broadcast batch dimensions) for inputs of one of ``dtypes``; the result in ``dtype``
+    (default: ``out``'s, else ``default_dtype``, else the inputs').
+
+    ``loads``: the mma.sync pipeline, "sync" or "async" ("async" falls back to "sync"
+    where a storage row is not 16-byte aligned: cp.async moves whole 16-byte chunks), or
+    "wgmma" (the Hopper kernel of :mod:`.matmul_hopper`; ValueError where the GPU or the
+    operands cannot run it). ``prefer_wgmma``: run the Hopper kernel instead wherever it
+    can and the shape fills the GPU. ``precision``: float32 inputs, "highest" (tf32x3) or
+    "tf32". ``tile``/``splits`` override the shape-class choice (tests, benchmarks).
     """
     if prefer_wgmma and tile is None and splits is None and type(a) is type(b) is DeviceArray:
         key = (a.ptr, a.shape, a.strides, a.dtype, a.device, b.ptr, b.shape, b.strides,
-               b.dtype, b.device, dtype)
+               b.dtype, b.device, dtypes)
         plan = _HOPPER_PLANS.get(key)
         if plan is not None:
-            result = _output(op, out, out_dtype, (plan.m, plan.n), a)
+            result = _output(op, out, dtype, plan.shape, a, default_dtype)
             if result.ptr % 16 == 0:  # else the long way: mma.sync takes any output
                 matmul_hopper.run(plan, result, _OUT_KIND[result.dtype])
                 return result
     else:
         key = None
-    a = as_array(op, "a", a, dtypes=(dtype,))
-    b = as_array(op, "b", b, dtypes=(dtype,))
-    check_ndim(op, "a", a, 2)
-    check_ndim(op, "b", b, 2)
+    a = as_array(op, "a", a, dtypes=dtypes)
+    b = as_array(op, "b", b, dtypes=dtypes)
+    check_same_dtype(op, a=a, b=b)
     check_same_device(op, a=a, b=b)
-    (m, k), (kb, n) = a.shape, b.shape
-    if kb != k:
-        fail(ValueError, op, "b", f"{k} rows (a is {a.shape}: inner dimensions must match)",
-              f"shape {b.shape}")
-    out = _output(op, out, out_dtype, (m, n), a)
+    if precision not in PRECISIONS:
+        fail(ValueError, op, "precision", " or ".join(map(repr, PRECISIONS)), repr(precision))
+    a2, b2, batch_shape, shape = _result_shape(op, a, b)
+    out = _output(op, out, dtype, shape, a, default_dtype)
     if out.size == 0:
         return out
-    if k == 0:
+    if a2.shape[-1] == 0:
         return out.fill(0)
-
-    sa, lda, a_kmajor = _storage(op, "a", a, k_axis=1)
-    sb, ldb, b_kmajor = _storage(op, "b", b, k_axis=0)
-    if max(lda * sa.shape[0], ldb * sb.shape[0]) >= 2**31:
+    p = plan_operands(op, a2, b2, batch_shape)
+    if max(p.lda * p.a.shape[1], p.ldb * p.b.shape[1]) >= 2**31:
         fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
     kind = _OUT_KIND[out.dtype]
-    out_vec = out.ptr % 16 == 0 and n % 8 == 0
-    dtype_key = _DTYPE_KEY[np.dtype(dtype)]
+    out3 = out._view((p.batch, p.m, p.n), (p.m * p.n * out.itemsize, p.n * out.itemsize,
+                                           out.itemsize))
+    out_vec = out.ptr % 16 == 0 and p.n % 8 == 0
+    operand = _16BIT_OPERAND.get(a.dtype) or PRECISIONS[precision]
 
-    hopper_ok = (compute_capability() == (9, 0) and tma_compatible(sa, lda)
-                 and tma_compatible(sb, ldb) and out_vec)
-    if pipeline == "wgmma":
+    sms = multiprocessor_count()
+    hopper_ok = (operand in ("f16", "bf16") and p.batch == 1 and out_vec
+                 and compute_capability() == (9, 0) and tma_compatible(p.a[0], p.lda)
+                 and tma_compatible(p.b[0], p.ldb))
+    if loads == "wgmma":
         if not hopper_ok:
-            fail(ValueError, op, "a, b", "a compute capability 9.0 GPU and 16-byte aligned "
-                 "operand and output rows for the wgmma kernel",
-                 f"cc {compute_capability()}, row strides {lda}, {ldb}, {n} elements")
-        hopper_tile = tile or matmul_hopper.choose_tile(m, n, multiprocessor_count()) or "narrow"
+            fail(ValueError, op, "a, b", "16-bit operands of one matrix each on a compute "
+                 "capability 9.0 GPU, 16-byte aligned operand and output rows for the wgmma "
+                 f"kernel", f"{a.dtype}, cc {compute_capability()}, batch {p.batch}, row "
+                 f"strides {p.lda}, {p.ldb}, {p.n} elements")
+        hopper_tile = tile or matmul_hopper.choose_tile(p.m, p.n, sms) or "narrow"
     else:
-        hopper_tile = (matmul_hopper.choose_tile(m, n, multiprocessor_count())
+        hopper_tile = (matmul_hopper.choose_tile(p.m, p.n, sms)
                        if prefer_wgmma and hopper_ok and tile is None and splits is None
                        else None)
     if hopper_tile is not None:
-        plan = matmul_hopper.launch(dtype_key, hopper_tile, sa, lda, a_kmajor, sb, ldb,
-                                    b_kmajor, out, m, n, k, kind)
+        plan = matmul_hopper.launch(operand, hopper_tile, p.a[0], p.lda, p.a_kmajor, p.b[0],
+                                    p.ldb, p.b_kmajor, out, p.m, p.n, p.k, kind, shape)
         # Only plans over the operands' own memory: a copied operand dies with this call.
-        if key is not None and sa.ptr == a.ptr and sb.ptr == b.ptr:
+        if key is not None and p.a.ptr == a.ptr and p.b.ptr == b.ptr:
             if len(_HOPPER_PLANS) >= HOPPER_PLAN_CACHE:
                 _HOPPER_PLANS.pop(next(iter(_HOPPER_PLANS)))  # the oldest
             _HOPPER_PLANS[key] = plan
         return out
+    _launch_mma(op, p, operand, out3, kind, out_vec, loads, tile, splits, sms)
+    return out
 
-    out32 = out if kind == OUT_F32 else out._view((0, 0), (4, 4), dtype=_F32)
-    out16 = (out._view(out.shape, out.strides, dtype=_U16) if kind != OUT_F32
-             else out._view((0, 0), (2, 2), dtype=_U16))
 
-    if not a_kmajor and b_kmajor:  # TT: make B N-major (one copy of B)
-        sb, ldb, b_kmajor = _storage(op, "b", b.copy(), k_axis=0)
-    vec_ok = _aligned(sa, lda) and _aligned(sb, ldb)
-    if pipeline == "async" and not vec_ok:
-        pipeline = "sync"
-    chosen_tile, n_splits, k_chunk = _choose(m, n, k, multiprocessor_count(), pipeline)
+def _launch_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits, sms):
+    """The mma.sync kernels: the variant for the layouts, load pipeline and tile class."""
+    a, lda, a_kmajor, b, ldb, b_kmajor = p.a, p.lda, p.a_kmajor, p.b, p.ldb, p.b_kmajor
+    if not a_kmajor and (b_kmajor or operand.startswith("tf32")):
+        # No kernel reads this pair: TT (16-bit) makes B N-major, tf32 needs a K-major A.
+        if operand.startswith("tf32"):
+            a, lda, a_kmajor = _copy_transposed(a, a_kmajor)
+        else:
+            b, ldb, b_kmajor = _copy_transposed(b, b_kmajor)
+    vec_ok = _aligned(a, lda) and _aligned(b, ldb)
+    if loads != "sync" and not vec_ok:
+        loads = "sync"
+    tiles = TILES[("tf32" if operand.startswith("tf32") else "16bit", loads)]
+    chosen_tile, n_splits, k_chunk = _choose(p.m, p.n, p.k, sms, tiles, p.batch)
     tile = tile or chosen_tile
     if splits is not None:
-        bk = (TILES if pipeline == "async" else SYNC_TILES)[tile][2]
-        k_chunk = math.ceil(math.ceil(k / splits) / bk) * bk
-        n_splits = math.ceil(k / k_chunk)
+        bk = tiles[tile][2]
+        k_chunk = math.ceil(math.ceil(p.k / splits) / bk) * bk
+        n_splits = math.ceil(p.k / k_chunk)
     elif tile != chosen_tile:
-        n_splits, k_chunk = 1, k
-    kdef = _KERNELS[(dtype_key, a_kmajor, b_kmajor, pipeline, tile)]
+        n_splits, k_chunk = 1, p.k
+    kdef = _KERNELS[(operand, a_kmajor, b_kmajor, loads, tile)]
     bm, bn, _ = kdef.block_tile
-    ws = (empty((n_splits, m, n), np.float32) if n_splits > 1
-          else out._view((0, 0, 0), (4, 4, 4), dtype=_F32))
-    grid = (math.ceil(n / bn), math.ceil(m / bm), n_splits)
+    out32 = out3 if kind == OUT_F32 else out3._view((1, 0, 0), (4, 4, 4), dtype=_F32)
+    out16 = (out3._view(out3.shape, out3.strides, dtype=_U16) if kind != OUT_F32
+             else out3._view((1, 0, 0), (2, 2, 2), dtype=_U16))
+    ws = (empty((p.batch, n_splits, p.m, p.n), np.float32) if n_splits > 1
+          else out3._view((1, 1, 0, 0), (4, 4, 4, 4), dtype=_F32))
+    grid = (math.ceil(p.n / bn), math.ceil(p.m / bm), p.batch * n_splits)
     kdef[0](grid, (kdef.threads,),
-            (sa, sb, out32, out16, ws, m, n, k, lda, ldb, k_chunk, kind, int(vec_ok),
-             int(out_vec)),
+            (a, b, out32, out16, ws, p.m, p.n, p.k, lda, ldb, k_chunk, n_splits, kind,
+             int(vec_ok), int(out_vec)),
             shared_mem=kdef.shared_bytes)
     if n_splits > 1:
-        pairs = m * ((n + 1) // 2)
-        _matmul_splitk_reduce_kernel[0]((math.ceil(pairs / REDUCE_THREADS),),
+        pairs = p.m * ((p.n + 1) // 2)
+        _matmul_splitk_reduce_kernel[0]((math.ceil(pairs / REDUCE_THREADS), p.batch),
                                         (REDUCE_THREADS,), (ws, out32, out16, kind))
-    return out
+
+
+def _copy_transposed(x3: DeviceArray, kmajor: bool):
+    """(storage, ld, k_major) of a storage operand [batch, rows, cols] copied into the
+    other orientation (the transposed matrices, contiguous; a broadcast batch once)."""
+    batch = x3.shape[0]
+    shared = x3.strides[0] == 0 or batch == 1
+    t = (x3[:1] if shared else x3).transpose(0, 2, 1).copy()
+    t3 = t._view((batch,) + t.shape[1:], (0 if shared else t.strides[0],) + t.strides[1:])
+    return t3, t.shape[2], not kmajor
 
 
 def matmul_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """float64 NumPy reference: the inputs as given (already f16/bf16-rounded), upcast."""
-    return np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
 
 
 # -- public functions ------------------------------------------------------------------------
 
-
-def matmul_tc(a, b, *, out=None, out_dtype=None) -> DeviceArray:
-    """``a @ b`` for float16 a (M×K) and b (K×N) on tensor cores, f32 accumulation: the
-    mma.sync kernel with synchronous loads, or on compute capability 9.0 the wgmma kernel
-    (:mod:`.matmul_hopper`) where the operand rows are 16-byte aligned and the output
-    fills the GPU. Any M, N, K; ``a.T`` / ``b.T`` views without copies.
-    ``out_dtype``: float32 (default), float16 or bfloat16."""
-    return matmul_fwd("matmul_tc", a, b, dtype=np.float16, pipeline="sync", out=out,
-                      out_dtype=out_dtype, prefer_wgmma=True)
+_F16, _BF16 = (np.dtype(np.float16),), (bfloat16,)
 
 
-def matmul_tc_bf16(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+def matmul_tc(a, b, *, out=None, dtype=None) -> DeviceArray:
+    """KAIO's ``matmul_tc``: ``a @ b`` for float16 a (M×K) and b (K×N) on tensor cores,
+    f32 accumulation, float32 result by default (``dtype``, or ``out``'s dtype: float16 or
+    bfloat16 too).
+    The mma.sync kernel with register-staged loads, or on compute capability 9.0 the wgmma
+    kernel where the operand rows are 16-byte aligned and the output fills the GPU. Any
+    M, N, K; ``a.T`` / ``b.T`` views without copies. See :func:`matmul` for batches."""
+    return matmul_fwd("matmul_tc", a, b, dtypes=_F16, loads="sync", out=out, dtype=dtype,
+                      default_dtype=np.float32)
+
+
+def matmul_tc_bf16(a, b, *, out=None, dtype=None) -> DeviceArray:
     """As :func:`matmul_tc` for bfloat16 inputs."""
-    return matmul_fwd("matmul_tc_bf16", a, b, dtype=bfloat16, pipeline="sync", out=out,
-                      out_dtype=out_dtype, prefer_wgmma=True)
+    return matmul_fwd("matmul_tc_bf16", a, b, dtypes=_BF16, loads="sync", out=out, dtype=dtype,
+                      default_dtype=np.float32)
 
 
-def matmul_tc_async(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+def matmul_tc_async(a, b, *, out=None, dtype=None) -> DeviceArray:
     """As :func:`matmul_tc` with the 4-stage cp.async pipeline on the mma.sync path
-    (16-byte-aligned rows; other inputs run the synchronous kernel)."""
-    return matmul_fwd("matmul_tc_async", a, b, dtype=np.float16, pipeline="async", out=out,
-                      out_dtype=out_dtype, prefer_wgmma=True)
+    (16-byte-aligned rows; other inputs run the register-staged kernel)."""
+    return matmul_fwd("matmul_tc_async", a, b, dtypes=_F16, out=out, dtype=dtype,
+                      default_dtype=np.float32)
 
 
-def matmul_tc_bf16_async(a, b, *, out=None, out_dtype=None) -> DeviceArray:
+def matmul_tc_bf16_async(a, b, *, out=None, dtype=None) -> DeviceArray:
     """As :func:`matmul_tc_async` for bfloat16 inputs."""
-    return matmul_fwd("matmul_tc_bf16_async", a, b, dtype=bfloat16, pipeline="async",
-                      out=out, out_dtype=out_dtype, prefer_wgmma=True)
+    return matmul_fwd("matmul_tc_bf16_async", a, b, dtypes=_BF16, out=out, dtype=dtype,
+                      default_dtype=np.float32)
 
 
-def matmul(a, b, *, out=None, out_dtype=None) -> DeviceArray:
-    """``a @ b``: float16 / bfloat16 inputs run the fastest tensor-core kernel for the shape
-    (cp.async pipeline, tile class and split-K chosen per shape). Other dtypes raise
-    TypeError: convert with ``.astype(kaionb.bfloat16)`` (or float16) first.
+def matmul(a, b, *, out=None, dtype=None, precision: str = DEFAULT_PRECISION) -> DeviceArray:
+    """``a @ b`` as ``numpy.matmul``: a [..., M, K] @ b [..., K, N] → [..., M, N], batch
+    dimensions broadcast (one launch for the batch), a 1-D a (K,) is a row and a 1-D b
+    (K,) a column whose dimension leaves the result.
 
-    Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient."""
+    Inputs: float16, bfloat16 or float32, both the same. Accumulation is float32 on
+    tensor cores; the result has the inputs' dtype, or ``dtype`` (float32, float16 or
+    bfloat16; e.g. float32 results of float16 inputs). float32 inputs run on tf32 tensor
+    cores: ``precision="highest"`` (the default) splits each operand into two tf32 parts
+    and keeps float32 accuracy (relative error ~1e-6, 3 mmas per step), ``"tf32"`` runs
+    one pass (10-bit mantissas: relative error ~1e-3, about 3× faster).
+
+    Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient.
+    """
     a = as_array("matmul", "a", a)
     b = as_array("matmul", "b", b)
-    result = _matmul_dispatch(a, b, out=out, out_dtype=out_dtype)
-    record(lambda g: _matmul_backward(a, b, g), (a, b), (result,))
+    result = matmul_fwd("matmul", a, b, out=out, dtype=dtype, precision=precision)
+    record(lambda g: _matmul_backward(a, b, g, precision), (a, b), (result,))
     return result
 
 
-def _matmul_dispatch(a, b, *, out=None, out_dtype=None) -> DeviceArray:
-    check_dtype("matmul", "a", a, (np.float16, bfloat16))
-    if a.dtype == np.float16:
-        return matmul_tc_async(a, b, out=out, out_dtype=out_dtype)
-    return matmul_tc_bf16_async(a, b, out=out, out_dtype=out_dtype)
-
-
-def _matmul_backward(a, b, grad):
-    """For C = A @ B: dA = dC @ Bᵀ, dB = Aᵀ @ dC — transposed views, no copies. dC is
-    rounded to the inputs' dtype for the tensor cores; accumulation and results are f32."""
-    grad = grad.astype(a.dtype)
-    grad_a = _matmul_dispatch(grad, b.T) if a.requires_grad else None
-    grad_b = _matmul_dispatch(a.T, grad) if b.requires_grad else None
+def _matmul_backward(a, b, grad, precision):
+    """For C = A @ B: dA = dC·Bᵀ, dB = Aᵀ·dC on transposed views (no copies); dC is
+    rounded to the inputs' dtype for the tensor cores; results are float32. 1-D operands
+    run as their row/column matrices; a B shared by a batch of A gets the batch's sum
+    (one matmul over the folded batch)."""
+    a2, b2, batch_shape, _ = _result_shape("matmul", a, b)
+    g = grad.astype(a.dtype).reshape(batch_shape + (a2.shape[-2], b2.shape[-1]))
+    kw = dict(dtype=np.float32, precision=precision)
+    grad_a = grad_b = None
+    if a.requires_grad:
+        if a2.shape[:-2] != batch_shape:
+            _unsupported_broadcast("a", a)
+        grad_a = matmul_fwd("matmul", g, _swap(b2), **kw).reshape(a.shape)
+    if b.requires_grad:
+        if b2.shape[:-2] == batch_shape:
+            grad_b = matmul_fwd("matmul", _swap(a2), g, **kw)
+        elif b2.ndim == 2 and a2.is_c_contiguous:
+            k, m = a2.shape[-1], math.prod(a2.shape[:-1])
+            grad_b = matmul_fwd("matmul", a2.reshape(m, k).T, g.reshape(m, g.shape[-1]), **kw)
+        else:
+            _unsupported_broadcast("b", b)
+        grad_b = grad_b.reshape(b.shape)
     return grad_a, grad_b
+
+
+def _swap(x: DeviceArray) -> DeviceArray:
+    """x with its last two axes swapped (a view)."""
+    axes = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return x.transpose(*axes)
+
+
+def _unsupported_broadcast(name, x):
+    raise NotImplementedError(
+        f"matmul backward: the gradient of '{name}' (shape {x.shape}) would need a sum over "
+        "broadcast batch dimensions; supported: matching batches, or a 2-D b shared by a "
+        "C-contiguous batch of a")
