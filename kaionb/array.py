@@ -527,6 +527,31 @@ def _from_foreign(obj, *, copy) -> DeviceArray:
     return DeviceArray(shape, dt, strides, int(view.ptr), view, view.device_id)
 
 
+# -- the kernels DeviceArray uses ------------------------------------------------------------
+#
+# Every kernel module imports this one, so this one never imports them: the few kernels a
+# DeviceArray method needs register themselves here when their module is imported
+# (kaionb/__init__ imports them all).
+
+KERNEL_HOOKS = ("copy_convert",)  # converting/strided copies
+_HOOKED: dict = {}
+
+
+def register_kernel(name: str, fn) -> None:
+    """Called once by the kernel module that defines ``name`` (one of KERNEL_HOOKS)."""
+    if name not in KERNEL_HOOKS:
+        raise ValueError(f"register_kernel: {name!r} is not one of {KERNEL_HOOKS}")
+    _HOOKED[name] = fn
+
+
+def _kernel(name: str):
+    fn = _HOOKED.get(name)
+    if fn is None:
+        raise RuntimeError(f"DeviceArray needs the {name!r} kernel, which no kaionb.kernels "
+                           f"module has registered: import kaionb (it loads every kernel)")
+    return fn
+
+
 # -- device-side copies ------------------------------------------------------------------------
 
 def _copy_into(dst: DeviceArray, src: DeviceArray) -> None:
@@ -539,9 +564,7 @@ def _copy_into(dst: DeviceArray, src: DeviceArray) -> None:
         (err,) = driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, dst.nbytes, current_stream().handle)
         check_driver(err, "cuMemcpyDtoDAsync")
         return
-    from .kernels.elementwise import copy_convert
-
-    copy_convert(src, dst)
+    _kernel("copy_convert")(src, dst)
 
 
 def _memset(a: DeviceArray, value: np.ndarray) -> None:

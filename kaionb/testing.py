@@ -47,12 +47,13 @@ def random_array(shape, dtype=np.float32, *, rng=None, scale=1.0, offset=0.0) ->
     return np.asarray(values).astype(dt)
 
 
-def metadata_array(shape, dtype=np.float32) -> DeviceArray:
+def metadata_array(shape, dtype=np.float32, *, device_id=0) -> DeviceArray:
     """A C-contiguous DeviceArray header over no memory: for host-side tests (validation,
     views) that must run without a GPU. Launching a kernel on it is a bug."""
     dt = normalize_dtype(dtype, "metadata_array")
     shape = tuple(shape)
-    return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), _FAKE_PTR, None)
+    return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), _FAKE_PTR, None,
+                       device_id)
 
 
 def poison_value(dtype):

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from typing import NoReturn
 
 import numpy as np
 
 from .array import DeviceArray, asarray, normalize_dtype
 
 
-def fail(exc_type, op: str, name: str, expected: str, got) -> None:
+def fail(exc_type, op: str, name: str, expected: str, got) -> NoReturn:
     """Raise ``exc_type`` in the one message format (for checks with no function here)."""
     raise exc_type(f"{op}: argument '{name}' expected {expected}, got {got}")
 
@@ -103,15 +104,21 @@ def check_positive(op: str, name: str, value: float) -> None:
         fail(ValueError, op, name, "a finite value > 0", value)
 
 
-def check_out(op: str, out, shape: tuple, dtype) -> DeviceArray:
-    """``out=``: a DeviceArray of exactly this shape and dtype, written in place."""
-    if isinstance(out, np.ndarray):
-        fail(TypeError, op, "out", "device memory (a DeviceArray, CuPy or PyTorch CUDA array)",
-              "a NumPy array (results would land in a temporary copy)")
-    if not isinstance(out, DeviceArray):
-        out = as_array(op, "out", out)
+def check_out(op: str, out, shape: tuple, dtype, name: str = "out") -> DeviceArray:
+    """``out=``: device memory of exactly this shape and dtype, written in place (the
+    rest of the contract — device, layout — is :func:`kaionb.kernels.op.output`'s)."""
+    if type(out) is not DeviceArray:
+        # Host memory would be copied to the device: the results would land in a
+        # temporary copy that the caller never sees.
+        expected = "device memory (a DeviceArray, CuPy or PyTorch CUDA array)"
+        if isinstance(out, np.ndarray):
+            fail(TypeError, op, name, expected, "a NumPy array (results would land in a "
+                 "temporary copy)")
+        if not (hasattr(out, "__cuda_array_interface__") or hasattr(out, "__dlpack__")):
+            fail(TypeError, op, name, expected, type(out).__name__)
+        out = as_array(op, name, out)
     dt = normalize_dtype(dtype, op)
     if out.dtype != dt:
-        fail(TypeError, op, "out", f"dtype {dt}", out.dtype)
-    check_shape(op, "out", out, shape)
+        fail(TypeError, op, name, f"dtype {dt}", out.dtype)
+    check_shape(op, name, out, shape)
     return out

@@ -86,3 +86,11 @@ def test_zero_rows_and_strided():
     check_q(q, ref_q)
     q, s = quantize_int8(kaionb.asarray(x.reshape(2, 3, 300)))
     assert s.shape == () and q.shape == (2, 3, 300)
+
+
+@gpu
+@pytest.mark.parametrize("axis,scale_shape", [(None, ()), (0, (0,)), (-1, (8,))])
+def test_empty_roundtrip(axis, scale_shape):
+    q, s = quantize_int8(kaionb.empty((0, 8), np.float16), axis)
+    assert q.shape == (0, 8) and q.dtype == np.int8 and s.shape == scale_shape
+    assert dequantize_int8(q, s, axis, np.float16).shape == (0, 8)

@@ -11,24 +11,11 @@ used more than once. ``gradcheck`` compares a rule with central finite differenc
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-_LOCAL = threading.local()
-
-
-def active_tape() -> "Tape | None":
-    return getattr(_LOCAL, "tape", None)
-
-
-def record(backward_fn, inputs, outputs) -> None:
-    """Called by ops: record onto the active tape if any input needs a gradient."""
-    tape = active_tape()
-    if tape is not None and any(getattr(x, "requires_grad", False) for x in inputs):
-        tape.entries.append((backward_fn, tuple(inputs), tuple(outputs)))
-        for out in outputs:
-            out.requires_grad = True
+from ..array import asarray, full
+from ..kernels.elementwise import add
+from .record import active_tape, set_active_tape
 
 
 class Tape:
@@ -37,17 +24,15 @@ class Tape:
 
     def __enter__(self) -> "Tape":
         self._previous = active_tape()
-        _LOCAL.tape = self
+        set_active_tape(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        _LOCAL.tape = self._previous
+        set_active_tape(self._previous)
 
     def backward(self, output, grad_output=None) -> None:
         """Propagate ``grad_output`` (default: ones, i.e. L = sum(output)) to every
         ``requires_grad`` input, accumulating into ``.grad``."""
-        from ..array import full
-
         grads = {id(output): grad_output if grad_output is not None
                  else full(output.shape, 1.0, np.float32)}
         for backward_fn, inputs, outputs in reversed(self.entries):
@@ -69,8 +54,6 @@ class Tape:
 
 
 def _accumulate(total, g):
-    from ..kernels.elementwise import add
-
     return g.astype(np.float32) if total is None else add(total, g)
 
 
@@ -78,8 +61,6 @@ def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None) -> float:
     """Check the tape's gradient of ``L = sum(fn(*inputs) * w)`` (random weights ``w``)
     against central differences at ``probes`` random elements of each input that requires
     a gradient. Returns the worst relative error; raises AssertionError above ``rtol``."""
-    from ..array import asarray
-
     rng = np.random.default_rng() if rng is None else rng
     with Tape() as tape:
         out = fn(*inputs)

@@ -20,7 +20,6 @@ import math
 import numpy as np
 from numba import cuda, float32, int64, uint32
 
-from ..array import empty
 from ..ptx_patches import (
     device_function,
     ex2_approx_f32,
@@ -32,12 +31,11 @@ from ..ptx_patches import (
 from ..validation import (
     as_array,
     check_contiguous,
-    check_out,
     check_same_device,
     check_same_dtype,
     check_shape,
+    fail,
 )
-from .launch import kernel
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
@@ -46,6 +44,8 @@ from .helpers.rowwise import (
     elementwise_views,
     map_plan,
 )
+from .launch import kernel
+from .op import Plan, output, run
 
 LOG2E = 1.4426950408889634
 SQRT_HALF = 0.7071067811865476
@@ -69,7 +69,7 @@ def _gelu_tanh(x, g):
     return x * rcp_approx_f32(float32(1.0) + ex2_approx_f32(u2))
 
 
-def _make_map_kernel(codec, fn, two_inputs, name):
+def _make_activation_kernel(codec, fn, two_inputs, name):
     """out = fn(x, gate) element-wise over [rows, n] views; one-input ops (gate = x) skip
     the second load (it cost 9% of gelu's bandwidth in L1/L2 traffic). ``aligned``: every
     words4 is whole and 16-byte aligned (no edge checks)."""
@@ -81,7 +81,7 @@ def _make_map_kernel(codec, fn, two_inputs, name):
                                          codec.pack)
 
     @kernel([f"void({S}[:, :], {S}[:, :], {S}[:, :], int64, int32)"], name=name)
-    def _map_fwd_kernel(x, gate, out, n, aligned):
+    def _activation_fwd_kernel(x, gate, out, n, aligned):
         rx = cuda.local.array(RAW, uint32)
         rg = cuda.local.array(RAW, uint32)
         f = cuda.local.array(VEC, float32)
@@ -128,27 +128,29 @@ def _make_map_kernel(codec, fn, two_inputs, name):
                                 f[j] = fn(f[j], g[j])
                             store(out, r, e0, n, pack(f, 0))
 
-    return _map_fwd_kernel
+    return _activation_fwd_kernel
 
 
-_SILU = {dt: _make_map_kernel(c, _silu_gate, True, f"_fused_silu_gate_fwd_kernel_{dt.name}")
-         for dt, c in CODECS.items()}
-_GELU = {
-    "none": {dt: _make_map_kernel(c, _gelu_erf, False, f"_gelu_fwd_kernel_{dt.name}")
-             for dt, c in CODECS.items()},
-    "tanh": {dt: _make_map_kernel(c, _gelu_tanh, False, f"_gelu_tanh_fwd_kernel_{dt.name}")
-             for dt, c in CODECS.items()},
-}
+# gelu's ``approximate`` argument → its element function and kernel-name suffix.
+_GELU_FORMS = {"none": (_gelu_erf, ""), "tanh": (_gelu_tanh, "tanh_")}
+_SILU_GATE_KERNELS = {
+    dt: _make_activation_kernel(c, _silu_gate, True, f"_fused_silu_gate_fwd_kernel_{dt.name}")
+    for dt, c in CODECS.items()}
+_GELU_KERNELS = {
+    (approximate, dt): _make_activation_kernel(c, fn, False,
+                                               f"_gelu_fwd_kernel_{suffix}{dt.name}")
+    for approximate, (fn, suffix) in _GELU_FORMS.items() for dt, c in CODECS.items()}
 
 
-def _launch_map(op, kdef, codec, x, gate, out):
+def _activation_launch(op, kdef, x, gate, out):
+    """One grid-stride launch over [rows, n] views (one long row when all are contiguous)."""
     xv, gv, ov = elementwise_views(op, x=x, gate=gate, out=out)
-    grid, aligned = map_plan(codec, xv, gv, ov)
-    kdef[0](grid, (MAP_THREADS,), (xv, gv, ov, xv.shape[1], aligned))
+    grid, aligned = map_plan(CODECS[x.dtype], xv, gv, ov)
+    Plan.of(kdef, grid, (MAP_THREADS,)).launch(xv, gv, ov, xv.shape[1], aligned)
 
 
 def fused_silu_gate_fwd(x, gate, *, out=None):
-    """Validate, then launch; returns ``out``."""
+    """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     op = "fused_silu_gate"
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
     gate = as_array(op, "gate", gate, dtypes=FLOAT_DTYPES)
@@ -157,27 +159,20 @@ def fused_silu_gate_fwd(x, gate, *, out=None):
     check_same_device(op, x=x, gate=gate)
     check_contiguous(op, "x", x, last_axis_only=True)
     check_contiguous(op, "gate", gate, last_axis_only=True)
-    out = empty(x.shape, x.dtype) if out is None else check_out(op, out, x.shape, x.dtype)
-    check_contiguous(op, "out", out, last_axis_only=True)
-    if x.size:
-        _launch_map(op, _SILU[x.dtype], CODECS[x.dtype], x, gate, out)
-    return out
+    out = output(op, out, x.shape, x.dtype, device=x.device_id)
+    return run(_activation_launch, op, _SILU_GATE_KERNELS[x.dtype], x, gate, out=out)
 
 
 def gelu_fwd(x, approximate="none", *, out=None):
-    """Validate, then launch; returns ``out``."""
+    """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     op = "gelu"
-    kernels = _GELU.get(approximate)
-    if kernels is None:
-        raise ValueError(f"{op}: argument 'approximate' expected 'none' or 'tanh', got "
-                         f"{approximate!r}")
+    if not isinstance(approximate, str) or approximate not in _GELU_FORMS:
+        fail(ValueError, op, "approximate", "'none' or 'tanh'", repr(approximate))
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
     check_contiguous(op, "x", x, last_axis_only=True)
-    out = empty(x.shape, x.dtype) if out is None else check_out(op, out, x.shape, x.dtype)
-    check_contiguous(op, "out", out, last_axis_only=True)
-    if x.size:
-        _launch_map(op, kernels[x.dtype], CODECS[x.dtype], x, x, out)
-    return out
+    out = output(op, out, x.shape, x.dtype, device=x.device_id)
+    # One input: the gate argument is x again, and the kernel never loads it.
+    return run(_activation_launch, op, _GELU_KERNELS[approximate, x.dtype], x, x, out=out)
 
 
 def fused_silu_gate_ref(x, gate):

@@ -16,10 +16,12 @@ import numpy as np
 from numba import cuda, float32, float64, uint16, uint32
 
 from .._device import multiprocessor_count
-from ..array import DeviceArray, bfloat16
+from ..array import bfloat16, register_kernel
 from ..ptx_patches import (bf16x2_to_f32x2, cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32, device_function,
                            f16x2_to_f32x2)
+from ..validation import as_array, check_same_device, check_shape, fail
 from .launch import kernel
+from .op import ANY_LAYOUT, C_CONTIGUOUS, Plan, output, run
 
 THREADS = 256
 # Enough resident blocks to cover the H100 (132 SMs × 8 blocks of 256 threads) in one wave;
@@ -80,9 +82,9 @@ def _array_type(storage: str) -> str:
     return f"{storage}[:, :, :, :]"
 
 
-def _make_copy_kernel(name, decode, encode, src_storage, dst_storage):
+def _make_copy_convert_kernel(name, decode, encode, src_storage, dst_storage):
     @kernel([f"void({_array_type(src_storage)}, {_array_type(dst_storage)})"], name=name)
-    def _copy_convert_kernel(src, dst):
+    def _copy_convert_fwd_kernel(src, dst):
         n = dst.size
         d1, d2, d3 = dst.shape[1], dst.shape[2], dst.shape[3]
         i = cuda.grid(1)
@@ -97,26 +99,42 @@ def _make_copy_kernel(name, decode, encode, src_storage, dst_storage):
             dst[i0, i1, i2, i3] = encode(decode(src[i0, i1, i2, i3]))
             i += step
 
-    return _copy_convert_kernel
+    return _copy_convert_fwd_kernel
 
 
-def _build_kernels():
+def _build_copy_convert_kernels():
+    """Keyed ("bits", itemsize) for same-dtype copies, (source, destination) dtypes else."""
     kernels = {}
     for size, storage in _BITS_BY_SIZE.items():
-        kernels[("bits", size)] = _make_copy_kernel(
-            f"_copy_bits{size * 8}_kernel", _identity, _identity, storage, storage)
+        kernels[("bits", size)] = _make_copy_convert_kernel(
+            f"_copy_convert_fwd_kernel_bits{size * 8}", _identity, _identity, storage, storage)
     sources = {dt: (storage, decode) for dt, (storage, decode, _) in _FLOAT_STORAGE.items()}
     sources.update(_INT_SOURCES)
     for src_dt, (src_storage, decode) in sources.items():
         for dst_dt, (dst_storage, _, encode) in _FLOAT_STORAGE.items():
             if src_dt != dst_dt:
-                kernels[(src_dt, dst_dt)] = _make_copy_kernel(
-                    f"_convert_{src_dt.name}_to_{dst_dt.name}_kernel", decode, encode,
+                kernels[(src_dt, dst_dt)] = _make_copy_convert_kernel(
+                    f"_copy_convert_fwd_kernel_{src_dt.name}_to_{dst_dt.name}", decode, encode,
                     src_storage, dst_storage)
     return kernels
 
 
-_COPY_KERNELS = _build_kernels()
+_COPY_CONVERT_KERNELS = _build_copy_convert_kernels()
+
+
+@kernel(["void(float32[::1], float32[::1], float32[::1])"])
+def _add_fwd_kernel(a, b, out):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < out.size:
+        out[i] = a[i] + b[i]
+        i += step
+
+
+def _grid_stride_blocks(size: int) -> int:
+    """Blocks of THREADS for a grid-stride loop over ``size`` elements: one element per
+    thread, at most one resident wave."""
+    return min(math.ceil(size / THREADS), multiprocessor_count() * BLOCKS_PER_SM)
 
 
 def _collapse(shape, *stride_sets):
@@ -132,53 +150,64 @@ def _collapse(shape, *stride_sets):
     return [d for d, _ in merged], [[st[k] for _, st in merged] for k in range(len(stride_sets))]
 
 
-def copy_convert(src: DeviceArray, dst: DeviceArray) -> None:
-    """dst[...] = src converted to dst.dtype (same shape; any strides)."""
-    if src.shape != dst.shape:
-        raise ValueError(f"copy: shapes differ: source {src.shape}, destination {dst.shape}")
-    if src.dtype == dst.dtype:
-        key = ("bits", src.itemsize)
-    else:
-        key = (src.dtype, dst.dtype)
-    kdef = _COPY_KERNELS.get(key)
+def copy_convert_fwd(src, *, out):
+    """Validate; launch unless empty: ``out[...] = src`` converted to out's dtype (same
+    shape, any strides on either side). Returns ``out``."""
+    src = as_array("copy", "src", src)
+    op = "copy" if src.dtype == out.dtype else "astype"
+    out = output(op, out, src.shape, out.dtype, device=src.device_id, layout=ANY_LAYOUT)
+    key = ("bits", src.itemsize) if src.dtype == out.dtype else (src.dtype, out.dtype)
+    kdef = _COPY_CONVERT_KERNELS.get(key)
     if kdef is None:
-        raise TypeError(f"astype: conversion from {src.dtype} to {dst.dtype} is not supported "
-                        f"(floats ↔ floats, int8/uint8/int32 → floats)")
-    if dst.size == 0:
-        return
-    shape, (src_strides, dst_strides) = _collapse(src.shape, src.strides, dst.strides)
+        fail(TypeError, op, "dtype", "a conversion kaionb has (floats ↔ floats; int8, uint8, "
+             "int32 → floats)", f"{src.dtype} → {out.dtype}")
+    return run(_copy_convert_launch, op, kdef, src, out=out)
+
+
+def _copy_convert_launch(op, kdef, src, out):
+    """One launch over both arrays' layouts, collapsed to at most MAX_DIMS axes."""
+    shape, (src_strides, dst_strides) = _collapse(src.shape, src.strides, out.strides)
     if len(shape) > MAX_DIMS:
-        raise ValueError(f"copy: the layout needs {len(shape)} strided dimensions; at most "
-                         f"{MAX_DIMS} are supported (make the source contiguous first)")
+        fail(ValueError, op, "src", f"a layout of at most {MAX_DIMS} strided dimensions "
+             "(make the source contiguous first)",
+             f"{len(shape)} (shape {src.shape}, strides {src.strides} into {out.strides})")
     pad = MAX_DIMS - len(shape)
     shape = (1,) * pad + tuple(shape)
     src4 = src._view(shape, (0,) * pad + tuple(src_strides))
-    dst4 = dst._view(shape, (0,) * pad + tuple(dst_strides))
-    blocks = min(math.ceil(dst.size / THREADS), multiprocessor_count() * BLOCKS_PER_SM)
-    kdef[0]((blocks,), (THREADS,), (src4, dst4))
+    dst4 = out._view(shape, (0,) * pad + tuple(dst_strides))
+    Plan.of(kdef, (_grid_stride_blocks(out.size),), (THREADS,)).launch(src4, dst4)
 
 
-@kernel(["void(float32[::1], float32[::1], float32[::1])"])
-def _add_f32_kernel(a, b, out):
-    i = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while i < out.size:
-        out[i] = a[i] + b[i]
-        i += step
-
-
-def add(a: DeviceArray, b: DeviceArray) -> DeviceArray:
-    """a + b for two float32 arrays of one shape (contiguous copies are made if needed)."""
-    from ..array import empty
-
-    if a.shape != b.shape:
-        raise ValueError(f"add: shapes differ: {a.shape} and {b.shape}")
+def add_fwd(a, b, *, out=None):
+    """Validate and resolve ``out``; launch unless empty. Returns ``out`` = a + b."""
+    op = "add"
+    a = as_array(op, "a", a)
+    b = as_array(op, "b", b)
+    check_shape(op, "b", b, a.shape)
+    check_same_device(op, a=a, b=b)
+    # The kernel reads contiguous float32: anything else is converted first.
     a = a if a.dtype == np.float32 and a.is_c_contiguous else a.astype(np.float32)
     b = b if b.dtype == np.float32 and b.is_c_contiguous else b.astype(np.float32)
-    out = empty(a.shape, np.float32)
-    if out.size:
-        flat = (out.size,)
-        blocks = min(math.ceil(out.size / THREADS), multiprocessor_count() * BLOCKS_PER_SM)
-        _add_f32_kernel[0]((blocks,), (THREADS,), (a.reshape(flat), b.reshape(flat),
-                                                    out.reshape(flat)))
-    return out
+    out = output(op, out, a.shape, np.float32, device=a.device_id, layout=C_CONTIGUOUS)
+    return run(_add_launch, a, b, out=out)
+
+
+def _add_launch(a, b, out):
+    flat = (out.size,)
+    Plan.of(_add_fwd_kernel, (_grid_stride_blocks(out.size),), (THREADS,)).launch(
+        a.reshape(flat), b.reshape(flat), out.reshape(flat))
+
+
+def copy_convert(src, dst) -> None:
+    """``dst[...] = src`` converted to dst's dtype (same shape; any strides): the kernel
+    behind DeviceArray.copy / astype / fill, which reach it through ``register_kernel``."""
+    copy_convert_fwd(src, out=dst)
+
+
+def add(a, b):
+    """``a + b`` for two arrays of one shape, as a new float32 array (the tape sums
+    gradients with it)."""
+    return add_fwd(a, b)
+
+
+register_kernel("copy_convert", copy_convert)

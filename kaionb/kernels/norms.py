@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
-from ..array import empty
 from ..ptx_patches import (
     global_addr,
     ld_global_nc_v4_u32,
@@ -34,14 +33,12 @@ from ..validation import (
     as_array,
     check_contiguous,
     check_ndim,
-    check_out,
     check_positive,
     check_same_device,
     check_same_dtype,
     check_shape,
 )
 from .helpers import block_sum
-from .launch import kernel
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
@@ -50,11 +47,11 @@ from .helpers.rowwise import (
     row_plan,
     rows_view,
 )
+from .launch import kernel
+from .op import Plan, output, run
 
-RMS, LAYER = "rms", "layer"
 
-
-def _make_kernel(kind, codec, name):
+def _make_norm_kernel(op, codec, name):
     """One block per row. ``cache_vecs < 0``: the row is 16-byte aligned and fits in
     registers (REG_VECS words4 per thread): one pass over HBM. Otherwise the streaming
     path: pass 1 takes the statistics and parks the first ``cache_vecs`` words4 in shared
@@ -63,7 +60,7 @@ def _make_kernel(kind, codec, name):
     S = codec.storage
     load, store, head_of, unpack, pack, decode = (codec.load, codec.store, codec.head,
                                                   codec.unpack, codec.pack, codec.decode)
-    LAYER_NORM = kind == LAYER
+    LAYER_NORM = op == "layer_norm"
     REG_VECS = codec.reg_vecs
     RAW = 4 * REG_VECS
     U = 3  # words4 loads of x in flight per thread in streaming pass 1 (4 spilled 8 bytes on sm_89)
@@ -194,18 +191,12 @@ def _make_kernel(kind, codec, name):
     return _norm_fwd_kernel
 
 
-def _build(kind):
-    kernels = {}
-    for dt, codec in CODECS.items():
-        kernels[dt] = _make_kernel(kind, codec, f"_{kind}_norm_fwd_kernel_{dt.name}")
-    return kernels
+_KERNELS = {(op, dt): _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_{dt.name}")
+            for op in ("rms_norm", "layer_norm") for dt, codec in CODECS.items()}
 
 
-_KERNELS = {RMS: _build(RMS), LAYER: _build(LAYER)}
-
-
-def _norm_fwd(op, kind, x, weight, bias, eps, out):
-    """Validate, then launch the register or the wide kernel; returns ``out``."""
+def _norm_fwd(op, x, weight, bias, eps, out):
+    """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
     weight = as_array(op, "weight", weight, dtypes=FLOAT_DTYPES)
     check_ndim(op, "x", x, (1, None))
@@ -220,28 +211,28 @@ def _norm_fwd(op, kind, x, weight, bias, eps, out):
     if bias is not None:
         check_contiguous(op, "bias", bias, last_axis_only=True)
     check_positive(op, "eps", eps)
-    out = empty(x.shape, x.dtype) if out is None else check_out(op, out, x.shape, x.dtype)
-    check_contiguous(op, "out", out, last_axis_only=True)
-    if x.size == 0:
-        return out
+    out = output(op, out, x.shape, x.dtype, device=x.device_id)
+    return run(_norm_launch, op, x, weight, bias, eps, out=out)
+
+
+def _norm_launch(op, x, weight, bias, eps, out):
+    """The register or the streaming path (module doc), as ``row_plan`` chooses."""
     x2 = rows_view(op, "x", x)
     out2 = rows_view(op, "out", out)
     rows, n = x2.shape
     w2 = weight._view((1, n), (0, weight.itemsize))
     b2 = w2 if bias is None else bias._view((1, n), (0, bias.itemsize))
     threads, cache_vecs, smem = row_plan(CODECS[x.dtype], x2, out2, w2, b2)
-    _KERNELS[kind][x.dtype][0]((rows,), (threads,),
-                               (x2, w2, b2, out2, n, eps, 0 if bias is None else 1, cache_vecs),
-                               shared_mem=smem)
-    return out
+    Plan.of(_KERNELS[op, x.dtype], (rows,), (threads,), smem).launch(
+        x2, w2, b2, out2, n, eps, int(bias is not None), cache_vecs)
 
 
 def rms_norm_fwd(x, weight, eps=1e-6, *, out=None):
-    return _norm_fwd("rms_norm", RMS, x, weight, None, eps, out)
+    return _norm_fwd("rms_norm", x, weight, None, eps, out)
 
 
 def layer_norm_fwd(x, weight, bias=None, eps=1e-5, *, out=None):
-    return _norm_fwd("layer_norm", LAYER, x, weight, bias, eps, out)
+    return _norm_fwd("layer_norm", x, weight, bias, eps, out)
 
 
 def rms_norm_ref(x, weight, eps=1e-6):

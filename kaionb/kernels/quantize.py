@@ -20,14 +20,15 @@ max)) in float32 can differ by one step from the float64 reference at exact ties
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
-from ..array import empty, normalize_dtype, zeros
+from ..array import normalize_dtype, zeros
 from ..ptx_patches import device_function
-from ..validation import as_array, check_contiguous, check_out, check_same_device
+from ..validation import as_array, check_contiguous, check_same_device, fail
 from .helpers import block_max
-from .launch import kernel
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
@@ -39,6 +40,8 @@ from .helpers.rowwise import (
     map_plan,
     rows_view,
 )
+from .launch import kernel
+from .op import C_CONTIGUOUS, LAST_AXIS, Plan, output, outputs, run
 
 QMAX = 127.0
 ROUND_MAGIC = 12582912.0  # 1.5·2^23: v + M − M rounds v to an integer, half to even
@@ -112,7 +115,7 @@ def _make_absmax_cols_kernel(codec, name):
     return _absmax_cols_fwd_kernel
 
 
-def _make_quantize_kernel(codec, name):
+def _make_quantize_int8_kernel(codec, name):
     """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step; also
     writes scale = amax / 127 (each group's scale by the thread that owns its first
     element)."""
@@ -123,7 +126,7 @@ def _make_quantize_kernel(codec, name):
     q_head, q_store = INT8.head, INT8.store
 
     @kernel([f"void({S}[:, :], uint32[:], int8[:, :], float32[:], int64, int32)"], name=name)
-    def _quantize_fwd_kernel(x, amax, q, scale, n, mode):
+    def _quantize_int8_fwd_kernel(x, amax, q, scale, n, mode):
         f = cuda.local.array(16, float32)
         w = cuda.local.array(4, uint32)
         T = int64(cuda.blockDim.x)
@@ -155,10 +158,10 @@ def _make_quantize_kernel(codec, name):
                 if mode != COL and e0 <= 0 and (mode == ROW or r == 0):
                     scale[g] = f32_from_bits(amax[g]) * float32(1.0 / QMAX)
 
-    return _quantize_fwd_kernel
+    return _quantize_int8_fwd_kernel
 
 
-def _make_dequantize_kernel(codec, name):
+def _make_dequantize_int8_kernel(codec, name):
     """out = q · scale[group], 16 elements (one int8 words4) per step."""
     VEC = codec.vec
     S = codec.storage
@@ -167,7 +170,7 @@ def _make_dequantize_kernel(codec, name):
     q_head, q_load = INT8.head, INT8.load
 
     @kernel([f"void(int8[:, :], float32[:], {S}[:, :], int64, int32)"], name=name)
-    def _dequantize_fwd_kernel(q, scale, out, n, mode):
+    def _dequantize_int8_fwd_kernel(q, scale, out, n, mode):
         f = cuda.local.array(16, float32)
         T = int64(cuda.blockDim.x)
         first = int64(cuda.blockIdx.x) * T + int64(cuda.threadIdx.x)
@@ -189,16 +192,17 @@ def _make_dequantize_kernel(codec, name):
                 for s in range(SUB):
                     store(out, r, e0 + s * VEC, n, pack(f, s * VEC))
 
-    return _dequantize_fwd_kernel
+    return _dequantize_int8_fwd_kernel
 
 
-_KERNELS = {
-    dt: (_make_absmax_kernel(c, f"_absmax_fwd_kernel_{dt.name}"),
-         _make_absmax_cols_kernel(c, f"_absmax_cols_fwd_kernel_{dt.name}"),
-         _make_quantize_kernel(c, f"_quantize_int8_fwd_kernel_{dt.name}"),
-         _make_dequantize_kernel(c, f"_dequantize_int8_fwd_kernel_{dt.name}"))
-    for dt, c in CODECS.items()
+_FACTORIES = {
+    "absmax": _make_absmax_kernel,
+    "absmax_cols": _make_absmax_cols_kernel,
+    "quantize_int8": _make_quantize_int8_kernel,
+    "dequantize_int8": _make_dequantize_int8_kernel,
 }
+_KERNELS = {(name, dt): make(c, f"_{name}_fwd_kernel_{dt.name}")
+            for name, make in _FACTORIES.items() for dt, c in CODECS.items()}
 
 
 def _mode(op, x_shape, axis):
@@ -212,8 +216,8 @@ def _mode(op, x_shape, axis):
             return COL, (x_shape[-1],)
         if a == 0 and ndim == 2:
             return ROW, (x_shape[0],)
-    raise ValueError(f"{op}: argument 'axis' expected None, -1 (per last-axis channel) or 0 "
-                     f"for a 2-D array (per row), got {axis!r} for shape {tuple(x_shape)}")
+    fail(ValueError, op, "axis", "None, -1 (per last-axis channel) or 0 for a 2-D array "
+         "(per row)", f"{axis!r} for shape {tuple(x_shape)}")
 
 
 def _views(op, mode, **arrays):
@@ -221,70 +225,65 @@ def _views(op, mode, **arrays):
     everything is contiguous."""
     if mode == TENSOR and all(a.is_c_contiguous for a in arrays.values()):
         return [flat_view(a) for a in arrays.values()]
-    views = []
-    for name, a in arrays.items():
-        views.append(rows_view(op, name, a if a.ndim else a.reshape(1)))
-    return views
+    return [rows_view(op, name, a if a.ndim else a.reshape(1)) for name, a in arrays.items()]
 
 
 def quantize_int8_fwd(x, axis=None, *, out=None):
-    """Validate, then launch the absmax and the quantize kernels; returns (q, scale)."""
+    """Validate and resolve ``out`` = (q, scale); launch unless x is empty. Returns
+    (q, scale)."""
     op = "quantize_int8"
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
     mode, scale_shape = _mode(op, x.shape, axis)
     check_contiguous(op, "x", x, last_axis_only=True)
-    if out is None:
-        q, scale = empty(x.shape, np.int8), empty(scale_shape, np.float32)
-    else:
-        q, scale = out
-        q = check_out(op, q, x.shape, np.int8)
-        scale = check_out(op, scale, scale_shape, np.float32)
-        check_contiguous(op, "out", q, last_axis_only=True)
-        check_contiguous(op, "out", scale)
-    if x.size == 0:
-        return q, scale
-    absmax, absmax_cols, quant, _ = _KERNELS[x.dtype]
+    q_and_scale = outputs(op, out, [(x.shape, np.int8, LAST_AXIS),
+                                    (scale_shape, np.float32, C_CONTIGUOUS)],
+                          device=x.device_id)
+    return run(_quantize_int8_launch, op, mode, x, out=q_and_scale)
+
+
+def _quantize_int8_launch(op, mode, x, q, scale):
+    """The absmax reduction into a zeroed buffer, then the element-wise pass."""
     codec = CODECS[x.dtype]
     xv, qv = _views(op, mode, x=x, out=q)
     rows, n = xv.shape
-    amax = zeros(max(1, int(np.prod(scale_shape))), np.uint32)
-    grid, _ = map_plan(codec, xv)
+    amax = zeros(scale.size, np.uint32)
     if mode == COL:
-        col_grid = (-(-(n // codec.vec + 2) // MAP_THREADS), -(-rows // COL_ROWS_PER_BLOCK))
-        absmax_cols[0](col_grid, (MAP_THREADS,), (xv, amax, n))
+        grid = (-(-(n // codec.vec + 2) // MAP_THREADS), -(-rows // COL_ROWS_PER_BLOCK))
+        Plan.of(_KERNELS["absmax_cols", x.dtype], grid, (MAP_THREADS,)).launch(xv, amax, n)
     else:
-        absmax[0](grid, (MAP_THREADS,), (xv, amax, n, int(mode == ROW)))
+        grid, _ = map_plan(codec, xv)
+        Plan.of(_KERNELS["absmax", x.dtype], grid, (MAP_THREADS,)).launch(
+            xv, amax, n, int(mode == ROW))
     grid, _ = map_plan(INT8, qv)
-    quant[0](grid, (MAP_THREADS,), (xv, amax, qv, scale.reshape(-1), n, mode))
-    return q, scale
+    Plan.of(_KERNELS["quantize_int8", x.dtype], grid, (MAP_THREADS,)).launch(
+        xv, amax, qv, scale.reshape(-1), n, mode)
 
 
 def dequantize_int8_fwd(q, scale, axis=None, dtype=np.float32, *, out=None):
-    """Validate, then launch; returns ``out``."""
+    """Validate and resolve ``out``; launch unless q is empty. Returns ``out``."""
     op = "dequantize_int8"
     q = as_array(op, "q", q, dtypes=(np.int8,))
     scale = as_array(op, "scale", scale, dtypes=(np.float32,))
     check_same_device(op, q=q, scale=scale)
     mode, scale_shape = _mode(op, q.shape, axis)
-    if scale.size != max(1, int(np.prod(scale_shape))) or (scale_shape and
-                                                             scale.shape != scale_shape):
-        raise ValueError(f"{op}: argument 'scale' expected shape {scale_shape} for axis="
-                         f"{axis!r} and q of shape {q.shape}, got {scale.shape}")
+    # One scale per group; a per-tensor scale may come in any shape of one element.
+    if scale.size != math.prod(scale_shape) or (scale_shape and scale.shape != scale_shape):
+        fail(ValueError, op, "scale", f"shape {scale_shape} for axis={axis!r} and q of "
+             f"shape {q.shape}", scale.shape)
     check_contiguous(op, "q", q, last_axis_only=True)
     check_contiguous(op, "scale", scale)
     out_dt = normalize_dtype(dtype, op)
     if out_dt not in FLOAT_DTYPES:
-        raise TypeError(f"{op}: argument 'dtype' expected float32, float16 or bfloat16, got "
-                        f"{out_dt}")
-    out = empty(q.shape, out_dt) if out is None else check_out(op, out, q.shape, out_dt)
-    check_contiguous(op, "out", out, last_axis_only=True)
-    if q.size == 0:
-        return out
+        fail(TypeError, op, "dtype", "float32, float16 or bfloat16", out_dt)
+    out = output(op, out, q.shape, out_dt, device=q.device_id)
+    return run(_dequantize_int8_launch, op, mode, q, scale, out=out)
+
+
+def _dequantize_int8_launch(op, mode, q, scale, out):
     qv, ov = _views(op, mode, q=q, out=out)
     grid, _ = map_plan(INT8, qv)
-    _KERNELS[out_dt][3][0](grid, (MAP_THREADS,), (qv, scale.reshape(-1), ov, qv.shape[1],
-                                                  mode))
-    return out
+    Plan.of(_KERNELS["dequantize_int8", out.dtype], grid, (MAP_THREADS,)).launch(
+        qv, scale.reshape(-1), ov, qv.shape[1], mode)
 
 
 def quantize_int8_ref(x, axis=None):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
-from ..array import empty
 from ..ptx_patches import (
     ex2_approx_f32,
     global_addr,
@@ -33,9 +32,8 @@ from ..ptx_patches import (
     st_global_v4_u32,
     st_shared_v4_u32,
 )
-from ..validation import as_array, check_contiguous, check_ndim, check_out
+from ..validation import as_array, check_contiguous, check_ndim, fail
 from .helpers import block_max, block_sum
-from .launch import kernel
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
@@ -45,6 +43,8 @@ from .helpers.rowwise import (
     row_plan,
     rows_view,
 )
+from .launch import kernel
+from .op import Plan, output, run
 
 LOG2E = 1.4426950408889634
 
@@ -158,24 +158,24 @@ _KERNELS = {dt: _make_softmax_kernel(codec, f"_softmax_fwd_kernel_{dt.name}")
 
 
 def softmax_fwd(x, axis=-1, *, out=None):
-    """Validate, then launch; returns ``out``."""
+    """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     op = "softmax"
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
     check_ndim(op, "x", x, (1, None))
     if axis not in (-1, x.ndim - 1):
-        raise ValueError(f"{op}: argument 'axis' expected -1 (the last axis; move the axis "
-                         f"last first), got {axis}")
+        fail(ValueError, op, "axis", "-1 (the last axis; move the axis last first)", axis)
     check_contiguous(op, "x", x, last_axis_only=True)
-    out = empty(x.shape, x.dtype) if out is None else check_out(op, out, x.shape, x.dtype)
-    check_contiguous(op, "out", out, last_axis_only=True)
-    if x.size == 0:
-        return out
-    x2 = rows_view(op, "x", x)
-    out2 = rows_view(op, "out", out)
+    out = output(op, out, x.shape, x.dtype, device=x.device_id)
+    return run(_softmax_launch, x, out=out)
+
+
+def _softmax_launch(x, out):
+    """The register or the streaming path (module doc), as ``row_plan`` chooses."""
+    x2 = rows_view("softmax", "x", x)
+    out2 = rows_view("softmax", "out", out)
+    rows, n = x2.shape
     threads, cache_vecs, smem = row_plan(CODECS[x.dtype], x2, out2)
-    _KERNELS[x.dtype][0]((x2.shape[0],), (threads,), (x2, out2, x2.shape[1], cache_vecs),
-                         shared_mem=smem)
-    return out
+    Plan.of(_KERNELS[x.dtype], (rows,), (threads,), smem).launch(x2, out2, n, cache_vecs)
 
 
 def softmax_ref(x, axis=-1):

@@ -36,6 +36,7 @@ from ...ptx_patches import (
     ld_global_nc_v4_u32,
     st_global_v4_u32,
 )
+from ...validation import fail
 
 VEC_BYTES = 16
 # Elements a thread keeps in registers on the one-pass path: 8 words4 of float32 or 4 of
@@ -201,12 +202,10 @@ def rows_view(op, name, x):
     row_stride = dims[-1][1] if dims else n * x.itemsize
     for (_, outer), (d, inner) in zip(dims, dims[1:]):
         if outer != inner * d:
-            raise ValueError(f"{op}: argument '{name}' expected leading axes that collapse "
-                             f"to one row stride, got shape {x.shape} strides {x.strides} "
-                             f"(make it contiguous first)")
+            fail(ValueError, op, name, "leading axes that collapse to one row stride (make "
+                 "it contiguous first)", f"shape {x.shape} strides {x.strides}")
     if n > _INT32_MAX:
-        raise ValueError(f"{op}: argument '{name}' expected a last axis of at most "
-                         f"{_INT32_MAX} elements, got {n}")
+        fail(ValueError, op, name, f"a last axis of at most {_INT32_MAX} elements", n)
     return x._view((rows, n), (row_stride, x.itemsize))
 
 
