@@ -161,14 +161,10 @@ class DeviceArray:
         return bool(self.get())
 
     def __matmul__(self, other):
-        from .kernels.matmul import matmul
-
-        return matmul(self, other)
+        return _kernel("matmul")(self, other)
 
     def __rmatmul__(self, other):
-        from .kernels.matmul import matmul
-
-        return matmul(other, self)
+        return _kernel("matmul")(other, self)
 
     # -- views --------------------------------------------------------------------------
     def _view(self, shape, strides, offset_bytes=0, dtype=None) -> "DeviceArray":
@@ -533,7 +529,7 @@ def _from_foreign(obj, *, copy) -> DeviceArray:
 # DeviceArray method needs register themselves here when their module is imported
 # (kaionb/__init__ imports them all).
 
-KERNEL_HOOKS = ("copy_convert",)  # converting/strided copies
+KERNEL_HOOKS = ("copy_convert", "matmul")  # converting/strided copies; ``a @ b``
 _HOOKED: dict = {}
 
 

@@ -47,7 +47,7 @@ def launches(monkeypatch):
     calls = []
 
     def compiled(kdef, signature):
-        def launch_it(grid, block, args, *, shared_mem=0, stream=None, cluster=None):
+        def launch_it(grid, block, args, shared_mem=0):
             calls.append((kdef.name, grid, block, shared_mem, args))
         return launch_it
 
@@ -266,13 +266,30 @@ def test_rows_view_refuses_with_the_one_message_format():
 def test_array_hooks_are_filled_once_kaionb_is_imported():
     assert set(array_module._HOOKED) == set(array_module.KERNEL_HOOKS)
     assert array_module._HOOKED["copy_convert"] is copy_convert
+    assert array_module._HOOKED["matmul"] is kaionb.matmul
 
 
-def test_missing_hook_is_a_clear_error(monkeypatch):
-    monkeypatch.delitem(array_module._HOOKED, "copy_convert")
-    with pytest.raises(RuntimeError, match="'copy_convert' kernel, which no kaionb.kernels "
-                                           "module has registered"):
-        array_module._copy_into(fake((2, 3), np.float16), fake((2, 3)))
+def test_matmul_operator_goes_through_the_hook(monkeypatch):
+    seen = []
+    monkeypatch.setitem(array_module._HOOKED, "matmul", lambda a, b: seen.append((a, b)))
+    a, b = fake((2, 3)), fake((3, 4))
+    a @ b
+    a.__rmatmul__(b)
+    assert seen == [(a, b), (b, a)]
+
+
+@pytest.mark.parametrize("hook, use", [
+    ("matmul", lambda: fake((2, 3)) @ fake((3, 4))),
+    ("copy_convert", lambda: array_module._copy_into(fake((2, 3), np.float16), fake((2, 3)))),
+])
+def test_missing_hook_is_a_clear_error(hook, use, monkeypatch):
+    monkeypatch.delitem(array_module._HOOKED, hook, raising=False)
+    with pytest.raises(RuntimeError, match=f"'{hook}' kernel, which no kaionb.kernels module "
+                                           "has registered"):
+        use()
+
+
+def test_only_the_named_hooks_register():
     with pytest.raises(ValueError, match="'transpose' is not one of"):
         array_module.register_kernel("transpose", lambda a: a)
 
@@ -336,8 +353,7 @@ def test_no_import_cycle_between_kaionb_modules():
 
 def test_array_and_the_tape_record_sit_below_the_kernels():
     array_imports = _imports(PACKAGE / "array.py", module_level=False)
-    assert not {m for m in array_imports if m.startswith(("kaionb.kernels", "kaionb.grad"))} - {
-        "kaionb.kernels", "kaionb.kernels.matmul"}  # until matmul registers for ``@``
+    assert not {m for m in array_imports if m.startswith(("kaionb.kernels", "kaionb.grad"))}
     assert not _imports(PACKAGE / "grad" / "record.py", module_level=False)
     assert "kaionb.grad.record" in _imports(PACKAGE / "kernels" / "op.py", module_level=True)
 

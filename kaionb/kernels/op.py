@@ -7,7 +7,7 @@ op, the argument, what was expected and what came), resolves the output with
 calls it only when there is something to compute. The launch function takes views,
 chooses a :class:`Plan` — the kernel picked by key, never by position — and launches it.
 The public ``<op>(...)`` comes last: it calls ``<op>_fwd`` and, for an op with a backward
-rule, :func:`record`\\ s it on the active tape. An op written on it::
+rule, records it on the active tape with :func:`record`. An op written on it::
 
     def scale_rows_fwd(x, w, *, out=None):
         x = as_array("scale_rows", "x", x, dtypes=FLOAT_DTYPES)
@@ -26,8 +26,10 @@ rule, :func:`record`\\ s it on the active tape. An op written on it::
         record(lambda g: scale_rows_bwd(g, x, w), (x, w), (y,))
         return y
 
-Ops whose plan depends only on the operands' layout (matmul) keep plans in a
-:class:`PlanCache` keyed by that layout and skip the analysis on a repeated call.
+An op that chooses its output dtype (matmul's ``dtype=``) settles it first and passes
+it to :func:`output`. Ops whose plan depends only on the operands' layout (matmul) keep
+plans in a :class:`PlanCache` keyed by that layout and skip the analysis on a repeated
+call.
 """
 
 from __future__ import annotations
