@@ -76,12 +76,12 @@ MATMUL_DTYPES = pytest.mark.parametrize("dtype", [np.float16, kaionb.bfloat16],
                                         ids=["f16", "bf16"])
 
 
-def _matmul_gradients(dtype, m, k, n, rng, **options):
-    """Fresh A [m, k], B [k, n] of ``dtype`` and a float32 dC; the tape's dA and dB of
+def _matmul_gradients(in_dtype, m, k, n, rng, **options):
+    """Fresh A [m, k], B [k, n] of ``in_dtype`` and a float32 dC; the tape's dA and dB of
     C = matmul(A, B, **options), as float64 host arrays."""
     from kaionb.kernels.matmul import matmul
 
-    a_h, b_h = random_array((m, k), dtype, rng=rng), random_array((k, n), dtype, rng=rng)
+    a_h, b_h = random_array((m, k), in_dtype, rng=rng), random_array((k, n), in_dtype, rng=rng)
     g_h = random_array((m, n), np.float32, rng=rng)
     a, b = kaionb.asarray(a_h), kaionb.asarray(b_h)
     a.requires_grad = b.requires_grad = True
@@ -121,10 +121,10 @@ def test_matmul_backward_matches_finite_differences(dtype):
 
     rng = np.random.default_rng()
     a_h, b_h, g_h, grad_a, grad_b = _matmul_gradients(dtype, 17, 9, 13, rng,
-                                                      out_dtype=np.float32)
+                                                      dtype=np.float32)
 
     def loss(x, y):
-        c = matmul(kaionb.asarray(x), kaionb.asarray(y), out_dtype=np.float32)
+        c = matmul(kaionb.asarray(x), kaionb.asarray(y), dtype=np.float32)
         return float(np.sum(c.get().astype(np.float64) * g_h))
 
     step = 0.25  # x ± step stays distinct after rounding to bf16 for |x| < 64
