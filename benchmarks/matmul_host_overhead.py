@@ -40,7 +40,7 @@ def main(m=1, n=4096, k=4096, calls=300):
     stop.synchronize()
     gpu_us = start.elapsed_time(stop) / calls * 1e3
     print(f"{m}x{n}x{k}: host {host_us:.1f} us/call to enqueue, GPU {gpu_us:.1f} us/call "
-          f"(back to back); tile/splits {mm._choose(m, n, k, 132)[:2]}")
+          f"(back to back); tile/splits {mm._choose(m, n, k, 132, mm.TILES[('16bit', 'async')])[:2]}")
     profile = cProfile.Profile()
     profile.runcall(lambda: [call() for _ in range(calls)])
     torch.cuda.synchronize()

@@ -1,2 +1,8 @@
 """kaionb's kernels: one module per op family, the launch path (``launch``) and the shared
-device helpers (``helpers``) that kernels — ours and users' — are written against."""
+device helpers (``helpers``) that kernels — ours and users' — are written against.
+
+Importing the package loads the two modules whose kernels DeviceArray methods run —
+elementwise (copy, astype, fill) and matmul (``a @ b``) — so they register with
+kaionb.array's hook before any array needs them (array.py never imports kernels)."""
+
+from . import elementwise, matmul  # noqa: F401  (they register on import)

@@ -34,7 +34,7 @@ from numba import cuda, float32, int32, uint8, uint16
 
 from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
-from ..array import DeviceArray, bfloat16, empty
+from ..array import DeviceArray, bfloat16, empty, register_kernel
 from ..grad import record
 from ..ptx_patches import cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32
 from ..validation import (
@@ -270,7 +270,7 @@ def plan_operands(op: str, a: DeviceArray, b: DeviceArray, batch_shape: tuple) -
     batch = math.prod(batch_shape)
     parts = []
     for name, x, k_axis in (("a", a, 1), ("b", b, 0)):
-        x_batch = _batch_stride(x, batch_shape)
+        x_batch = _batch_stride(x, batch_shape) if batch_shape else 0
         storage = _storage(op, name, _first_matrix(x), k_axis)
         if x_batch is None or storage is None:
             x = _broadcast(x, batch_shape).copy()
@@ -318,6 +318,8 @@ def _result_shape(op: str, a: DeviceArray, b: DeviceArray):
     """NumPy's matmul shapes: (a as [..., M, K], b as [..., K, N], batch shape, result
     shape). A 1-D a is a row [1, K] and a 1-D b a column [K, 1], their dimension dropped
     from the result; batch dimensions broadcast."""
+    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:  # the common case, fast
+        return a, b, (), (a.shape[0], b.shape[1])
     for name, x in (("a", a), ("b", b)):
         if x.ndim == 0:
             fail(ValueError, op, name, "an array of at least 1 dimension (0-d: use *)",
@@ -542,7 +544,8 @@ def matmul(a, b, *, out=None, dtype=None, precision: str = DEFAULT_PRECISION) ->
     a = as_array("matmul", "a", a)
     b = as_array("matmul", "b", b)
     result = matmul_fwd("matmul", a, b, out=out, dtype=dtype, precision=precision)
-    record(lambda g: _matmul_backward(a, b, g, precision), (a, b), (result,))
+    if a.requires_grad or b.requires_grad:
+        record(lambda g: _matmul_backward(a, b, g, precision), (a, b), (result,))
     return result
 
 
@@ -582,3 +585,6 @@ def _unsupported_broadcast(name, x):
         f"matmul backward: the gradient of '{name}' (shape {x.shape}) would need a sum over "
         "broadcast batch dimensions; supported: matching batches, or a 2-D b shared by a "
         "C-contiguous batch of a")
+
+
+register_kernel("matmul", matmul)  # DeviceArray.__matmul__ (``a @ b``)

@@ -184,7 +184,11 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
 
 def run(plan: LaunchPlan, out, kind: int) -> None:
     """Launch ``plan`` writing ``out`` (M×N, kind, rows whole 16-byte chunks)."""
-    tmap_c = 0 if kind == OUT_F32 else tensor_map_2d(out.reshape(plan.m, plan.n), plan.n, 64).ptr
+    if kind == OUT_F32:
+        tmap_c = 0
+    else:  # a batch folded into M is stored as one (m, n) matrix
+        tmap_c = tensor_map_2d(out if out.ndim == 2 else out.reshape(plan.m, plan.n), plan.n,
+                               64).ptr
     plan.compiled((plan.grid,), THREADS,
                   (plan.tmap_a.ptr, plan.tmap_b.ptr, tmap_c, out.ptr, plan.m, plan.n, plan.k,
                    kind), shared_mem=plan.shared, cluster=CLUSTER)
