@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+
+from cuda.pathfinder import find_nvidia_binary_utility
 
 # The architectures every shipped kernel is checked on: Ampere, Ada, Hopper (arch-specific,
 # so that wgmma/setmaxnreg kernels assemble too). Keys are numba's ``cc`` tuples.
@@ -79,17 +79,24 @@ def compile_ptx(pyfunc, signature, cc: tuple, **options):
 
 @functools.lru_cache(maxsize=1)
 def find_ptxas() -> str | None:
-    """ptxas from the nvidia-cuda-nvcc wheel first, then $CUDA_HOME, then PATH."""
-    candidates = []
-    for base in sys.path:
-        candidates.append(Path(base) / "nvidia" / "cuda_nvcc" / "bin" / "ptxas")
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(env):
-            candidates.append(Path(os.environ[env]) / "bin" / "ptxas")
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    return shutil.which("ptxas")
+    """ptxas as cuda.pathfinder finds it (NVIDIA wheels, conda, $CUDA_PATH / $CUDA_HOME, the
+    toolkit next to libcudart), then on PATH, which pathfinder does not search."""
+    return find_nvidia_binary_utility("ptxas") or shutil.which("ptxas")
+
+
+@functools.lru_cache(maxsize=None)
+def assembler_version(assembler: str) -> str:
+    """``"ptxas"`` or ``"nvjitlink"`` with its version, for cache keys: another version of
+    the assembler makes other code (and another ``ptxas -v`` report)."""
+    if assembler == "ptxas":
+        proc = subprocess.run([find_ptxas(), "--version"], capture_output=True, text=True)
+        return f"ptxas {proc.stdout.strip().splitlines()[-1]}"
+    from cuda.bindings import nvjitlink
+
+    try:
+        return "nvJitLink %d.%d" % nvjitlink.version()
+    except RuntimeError:  # no libnvJitLink: cuda.core links with the driver instead
+        return "driver linker"
 
 
 def assemble(ptx: str, arch: str, *, verbose: bool = True) -> str:

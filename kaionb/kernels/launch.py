@@ -24,20 +24,18 @@ of every kernel for sm_80, sm_89 and sm_90a and assemble it with ptxas.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib
-import os
-import pickle
 import pkgutil
 import struct
 import threading
-from pathlib import Path
 
+from .. import _kernel_cache as kernel_cache
 from .._device import check_driver, compute_capability, current_device, current_stream
 from .._toolchain import (
     CHECK_ARCHS,
     arch_name,
     assemble_cubin,
+    assembler_version,
     compile_ptx,
     entry_name,
     find_ptxas,
@@ -100,14 +98,15 @@ class KernelDef:
                                f"{device_cc[0]}.{device_cc[1]}")
         cc = device_cc + ("a",) if self.arch_specific else device_cc
         arch = arch_name(cc)
-        cache_file = _cache_path(self, signature, arch)
-        cached = _read_cache(cache_file)
-        if cached is None:
+        key = kernel_cache.kernel_key(self, signature, arch,
+                                      f"cubin by {assembler_version(_assembler(arch))}")
+        record = kernel_cache.load(key)
+        if record is None:
             ptx = self.compile_ptx(signature, cc)
-            cached = (entry_name(ptx), _assemble_cubin(ptx, arch))
-            _write_cache(cache_file, cached)
-        name, cubin = cached
-        return CompiledKernel(self, signature, name, cubin)
+            record = [entry_name(ptx).encode(), _assemble_cubin(ptx, arch)]
+            kernel_cache.store(key, record)
+        entry, cubin = record
+        return CompiledKernel(self, signature, entry.decode(), cubin)
 
     def __repr__(self) -> str:
         return f"<kaionb kernel {self.name}: {len(self.signatures)} specialization(s)>"
@@ -268,7 +267,7 @@ def all_kernels() -> list[KernelDef]:
     return list(KERNELS)
 
 
-# -- PTX → cubin, and the on-disk cache ----------------------------------------------------
+# -- PTX → cubin ----------------------------------------------------------------------------
 
 def _assembler(arch: str) -> str:
     """Who turns PTX into a cubin: cuda.core's Program (nvJitLink), except that
@@ -284,71 +283,3 @@ def _assemble_cubin(ptx: str, arch: str) -> bytes:
     from cuda.core import Program, ProgramOptions
 
     return bytes(Program(ptx, "ptx", ProgramOptions(arch=arch)).compile("cubin").code)
-
-
-def _cache_dir() -> Path | None:
-    if os.environ.get("KAIONB_DISABLE_CACHE"):
-        return None
-    root = os.environ.get("KAIONB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kaionb")
-    return Path(root)
-
-
-_SOURCE_DIGESTS: dict[str, str] = {}
-
-
-def _source_digest(path: str) -> str:
-    """Hash of every .py file of kaionb plus the kernel's own file (helpers change codegen)."""
-    digest = _SOURCE_DIGESTS.get(path)
-    if digest is None:
-        h = hashlib.sha256()
-        package_root = Path(__file__).resolve().parent.parent
-        files = sorted(package_root.rglob("*.py"))
-        if Path(path).resolve() not in files:
-            files.append(Path(path))
-        for f in files:
-            h.update(str(f.relative_to(f.anchor)).encode())
-            h.update(f.read_bytes())
-        digest = _SOURCE_DIGESTS[path] = h.hexdigest()
-    return digest
-
-
-def _cache_path(kdef: KernelDef, signature: str, arch: str) -> Path | None:
-    root = _cache_dir()
-    if root is None:
-        return None
-    import numba_cuda
-
-    src = kdef.pyfunc.__code__.co_filename
-    # Kernels made by a factory share a __qualname__: their compile-time constants (closure
-    # cells holding plain numbers/strings) tell the variants apart.
-    constants = [c.cell_contents for c in (kdef.pyfunc.__closure__ or ())
-                 if isinstance(c.cell_contents, (bool, int, float, str))]
-    key = "|".join([_source_digest(src), kdef.pyfunc.__module__, kdef.pyfunc.__qualname__,
-                    kdef.name, repr(constants), signature, arch, _assembler(arch),
-                    repr(sorted(kdef.options.items())),
-                    getattr(numba_cuda, "__version__", "?")])
-    return root / f"{kdef.name}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.cubin.pkl"
-
-
-def _read_cache(path: Path | None):
-    if path is None or not path.is_file():
-        return None
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError):
-        return None
-
-
-def _write_cache(path: Path | None, value) -> None:
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(value, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home only costs a recompile in the next process
