@@ -3,49 +3,71 @@
 With a GPU: DeviceArray round trips, zero-copy exchange with the libraries present, the
 launch path's cost, and every op family checked against NumPy with its latency.
 Without one: says so, then compiles every kernel the package ships for sm_80, sm_89 and
-sm_90a and assembles it with ptxas, printing registers and spills per kernel.
+sm_90a (or the ``--arch`` given) and assembles it with ptxas, printing registers and spills
+per kernel as each finishes. Reports come from the kernel cache when the kernel's source
+has not changed, so a second run takes seconds.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import numpy as np
 
 import kaionb
-from kaionb._toolchain import assemble, find_ptxas, parse_report
+from kaionb import _kernel_cache as kernel_cache
+from kaionb._toolchain import CHECK_ARCHS, assemble, assembler_version, find_ptxas, parse_report
 from kaionb.kernels.launch import all_kernels
 
 
-def ptxas_table() -> bool:
-    """Compile + assemble every kernel specialization for every checked arch; print a table."""
+def ptxas_report(kdef, signature: str, cc: tuple, arch: str) -> tuple[str, bool]:
+    """``ptxas -v``'s report for one specialization, and whether it came from the cache."""
+    key = kernel_cache.kernel_key(kdef, signature, arch,
+                                  f"ptxas -v report by {assembler_version('ptxas')}")
+    record = kernel_cache.load(key)
+    if record is not None:
+        return record[0].decode(), True
+    report = assemble(kdef.compile_ptx(signature, cc), arch)
+    kernel_cache.store(key, [report.encode()])
+    return report, False
+
+
+def ptxas_table(archs=tuple(CHECK_ARCHS.values())) -> bool:
+    """Compile + assemble every kernel specialization for each of ``archs`` it supports;
+    print a row per specialization as it finishes."""
     if find_ptxas() is None:
         print("ptxas not found (install numba-cuda[cu12]); cannot assemble")
         return False
     jobs = [(k, sig, cc, arch) for k in all_kernels() for sig in k.signatures
-            for cc, arch in k.check_archs().items()]
+            for cc, arch in k.check_archs().items() if arch in archs]
 
     def run(job):
-        k, sig, cc, arch = job
         try:
-            return parse_report(assemble(k.compile_ptx(sig, cc), arch)), None
+            report, cached = ptxas_report(*job)
+            return parse_report(report), cached, None
         except Exception as exc:  # reported in the table, counted as a failure
-            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
+            return None, False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
 
-    # NVVM and ptxas release the GIL for most of their work: two threads use CI's two cores.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(run, jobs))
-    print(f"{'kernel':44s} {'arch':7s} {'regs':>5s} {'spills':>7s}  status")
+    print(f"{'kernel':44s} {'arch':7s} {'regs':>5s} {'spills':>7s}  status", flush=True)
     failures = 0
-    for (k, sig, cc, arch), (report, error) in zip(jobs, results):
-        if error:
-            failures += 1
-            print(f"{k.name[:44]:44s} {arch:7s} {'-':>5s} {'-':>7s}  FAILED {error}")
-            continue
-        spills = report["spill_stores"] + report["spill_loads"]
-        print(f"{k.name[:44]:44s} {arch:7s} {report['registers']:5d} {spills:7d}  ok")
+    # numba compiles under one lock, so the second thread's gain is ptxas running beside it.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {pool.submit(run, job): job for job in jobs}
+        for future in as_completed(futures):
+            k, _, _, arch = futures[future]
+            report, cached, error = future.result()
+            if error:
+                failures += 1
+                print(f"{k.name[:44]:44s} {arch:7s} {'-':>5s} {'-':>7s}  FAILED {error}",
+                      flush=True)
+                continue
+            spills = report["spill_stores"] + report["spill_loads"]
+            status = "ok (cached)" if cached else "ok"
+            print(f"{k.name[:44]:44s} {arch:7s} {report['registers']:5d} {spills:7d}  {status}",
+                  flush=True)
     kernels = len({k.name for k, *_ in jobs})
     print(f"\n{len(jobs) - failures} of {len(jobs)} compilations assembled "
           f"({kernels} kernels, {len(jobs)} kernel×signature×arch)")
@@ -131,15 +153,34 @@ def ops_tour() -> None:
         print(f"{name:36s} {err:10.2e} {_timed(run):9.1f}")
 
 
-def main() -> int:
+def _arch_list(text: str) -> list[str]:
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in archs if a not in CHECK_ARCHS.values()]
+    if unknown or not archs:
+        raise argparse.ArgumentTypeError(
+            f"expected {', '.join(CHECK_ARCHS.values())} (comma-separated), got {text!r}")
+    return archs
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kaionb.showcase",
+        description="What kaionb does on this machine: with a GPU, arrays and every op family "
+                    "checked and timed; without one, every kernel compiled and assembled.")
+    parser.add_argument("--arch", action="extend", type=_arch_list, metavar="ARCH[,ARCH]",
+                        help="without a GPU, assemble for these architectures only "
+                             f"(repeatable; default: {', '.join(CHECK_ARCHS.values())})")
+    args = parser.parse_args(argv)
+    archs = args.arch or list(CHECK_ARCHS.values())
     print(f"kaionb {kaionb.__version__}")
     if kaionb.gpu_available():
         gpu_tour()
         ops_tour()
         return 0
     print("No CUDA GPU on this machine: nothing can run here. Instead, every kernel is "
-          "compiled (numba → PTX) and assembled (ptxas) for sm_80, sm_89 and sm_90a.\n")
-    return 0 if ptxas_table() else 1
+          f"compiled (numba → PTX) and assembled (ptxas) for {', '.join(archs)}.\n",
+          flush=True)
+    return 0 if ptxas_table(archs) else 1
 
 
 if __name__ == "__main__":

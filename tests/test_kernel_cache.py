@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from numba import cuda
 
+import kaionb
 from kaionb import _kernel_cache as kernel_cache
-from kaionb import _toolchain
-from kaionb.kernels import launch
+from kaionb import _toolchain, showcase
+from kaionb.kernels import elementwise, launch
 
 SIGNATURE = "void(float32[::1])"
 
@@ -213,3 +215,53 @@ def test_a_second_process_does_not_compile(cache_dir):
 
     assert compilations() == 1
     assert compilations() == 0
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(kaionb, "gpu_available", lambda: False)
+
+
+def test_showcase_prints_rows_and_reuses_the_cache(cache_dir, compiles, no_gpu, monkeypatch,
+                                                   capsys):
+    hopper_only = next(k for k in launch.all_kernels() if k.arch_specific)
+    small = [elementwise._add_fwd_kernel, hopper_only]  # the second has no sm_80 row
+    monkeypatch.setattr(showcase, "all_kernels", lambda: small)
+
+    assert showcase.main(["--arch", "sm_80"]) == 0
+    first = capsys.readouterr().out
+    assert len(compiles) == 1
+    assert "_add_fwd_kernel" in first and hopper_only.name not in first
+    assert "1 of 1 compilations assembled" in first
+
+    assert showcase.main(["--arch", "sm_80"]) == 0
+    second = capsys.readouterr().out
+    assert len(compiles) == 1
+    assert "ok (cached)" in second and "1 of 1 compilations assembled" in second
+
+
+def test_showcase_fails_on_a_kernel_that_does_not_compile(cache_dir, compiles, no_gpu,
+                                                          monkeypatch, capsys):
+    broken = launch.KernelDef(_double_kernel, ["void(int32)"], name="_test_broken_kernel")
+    monkeypatch.setattr(showcase, "all_kernels", lambda: [broken])
+    assert showcase.main(["--arch", "sm_89"]) == 1
+    out = capsys.readouterr().out
+    assert "_test_broken_kernel" in out and "FAILED" in out
+    assert "0 of 1 compilations assembled" in out
+
+
+def test_showcase_arch_option(capsys):
+    assert showcase._arch_list("sm_80, sm_90a") == ["sm_80", "sm_90a"]
+    with pytest.raises(SystemExit):
+        showcase.main(["--arch", "sm_70"])
+    assert "expected sm_80, sm_89, sm_90a" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_cached_cubin_loads_and_runs(cache_dir, compiles):
+    for _ in range(2):  # the second KernelDef loads the cubin from the cache
+        kdef = launch.KernelDef(_double_kernel, [SIGNATURE], name="_test_double_kernel")
+        x = kaionb.asarray(np.arange(1000, dtype=np.float32))
+        kdef[0]((4,), (256,), (x,))
+        np.testing.assert_array_equal(x.get(), 2 * np.arange(1000, dtype=np.float32))
+    assert len(compiles) == 1
