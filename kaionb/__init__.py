@@ -15,6 +15,7 @@ from .array import (
     zeros,
     zeros_like,
 )
+from .graphs import Graph, graph
 from .kernels.activations import fused_silu_gate, gelu
 from .kernels.matmul import (
     matmul,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DeviceArray",
+    "Graph",
     "Stream",
     "asarray",
     "bfloat16",
@@ -44,6 +46,7 @@ __all__ = [
     "fused_silu_gate",
     "gelu",
     "gpu_available",
+    "graph",
     "grad",
     "layer_norm",
     "matmul",

@@ -11,7 +11,22 @@ import contextlib
 import functools
 import threading
 
-_LOCAL = threading.local()
+
+
+class _ThreadState(threading.local):
+    """Per-thread state (``STATE``); class attributes are the defaults (a miss costs no
+    exception: ``current_stream()`` runs on every call of every op)."""
+
+    device = None
+    allocator = None
+    graph_allocator = None
+    stream = None  # the default stream, set below once Stream exists
+    recorder = None  # kernels.op's recording of an op's first call, while it runs
+    calls = None  # kernels.op's replays of recorded calls, by call key
+    capture = None  # the kaionb.graph() capture in progress on this thread
+
+
+STATE = _ThreadState()
 
 
 def gpu_available() -> bool:
@@ -33,23 +48,23 @@ def _core_device(ordinal: int):
 
 def current_device():
     """The cuda.core Device that is current on this thread, its primary context made current."""
-    dev = getattr(_LOCAL, "device", None)
+    dev = STATE.device
     if dev is None:
         if not gpu_available():
             raise RuntimeError("kaionb: no CUDA GPU is available on this machine")
         dev = _core_device(0)
         dev.set_current()
-        _LOCAL.device = dev
+        STATE.device = dev
     return dev
 
 
 def current_allocator():
     """(the current device's stream-ordered memory resource, its ordinal) — cached per thread,
     since every allocation asks."""
-    alloc = getattr(_LOCAL, "allocator", None)
+    alloc = STATE.allocator
     if alloc is None:
         dev = current_device()
-        alloc = _LOCAL.allocator = (dev.memory_resource, dev.device_id)
+        alloc = STATE.allocator = (dev.memory_resource, dev.device_id)
     return alloc
 
 
@@ -148,23 +163,68 @@ def stream_handle(obj) -> int:
     )
 
 
-_DEFAULT_STREAM = Stream(_handle=0)
+_ThreadState.stream = _DEFAULT_STREAM = Stream(_handle=0)
 
 
 def current_stream() -> Stream:
     """The stream kaionb ops on this thread run on."""
-    return getattr(_LOCAL, "stream", _DEFAULT_STREAM)
+    return STATE.stream
 
 
 @contextlib.contextmanager
 def stream(s):
     """``with kaionb.stream(s):`` run the ops in the block on ``s`` (any stream-like object)."""
     previous = current_stream()
-    _LOCAL.stream = Stream.wrap(s)
+    wrapped = Stream.wrap(s)
+    _check_stream_context(wrapped.handle)
+    STATE.stream = wrapped
     try:
-        yield _LOCAL.stream
+        yield STATE.stream
     finally:
-        _LOCAL.stream = previous
+        STATE.stream = previous
+
+
+def _check_stream_context(handle: int) -> None:
+    """A ValueError, before anything runs on it, for a stream of another device or
+    context: kaionb's kernels are loaded in the current device's primary context."""
+    if handle in (0, 1, 2):  # the legacy / per-thread default streams: every context's
+        return
+    from cuda.bindings import driver
+
+    current_device()
+    err, ctx = driver.cuStreamGetCtx(handle)
+    check_driver(err, "kaionb.stream: cuStreamGetCtx")
+    err, ours = driver.cuCtxGetCurrent()
+    check_driver(err, "kaionb.stream: cuCtxGetCurrent")
+    if int(ctx) != int(ours):
+        raise ValueError(
+            f"kaionb.stream: argument 's' expected a stream of the current device's primary "
+            f"context (device {current_device().device_id}), got a stream of another device "
+            f"or context (handle 0x{handle:x})")
+
+
+def is_capturing(handle: int) -> bool:
+    """Whether the stream ``handle`` is capturing a CUDA graph (any library's capture:
+    torch.cuda.graph, CuPy's begin_capture, kaionb.graph)."""
+    from cuda.bindings import driver
+
+    if STATE.device is None:
+        current_device()  # the driver call needs the context current
+    err, status = driver.cuStreamIsCapturing(handle)
+    check_driver(err, "cuStreamIsCapturing")
+    return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
+def graph_allocator():
+    """The current device's graph memory resource: allocations made while a stream
+    captures become the graph's own (an allocation node; freed by a free node, or before
+    the next launch of a graph instantiated to free on launch)."""
+    gmr = STATE.graph_allocator
+    if gmr is None:
+        from cuda.core import GraphMemoryResource
+
+        gmr = STATE.graph_allocator = GraphMemoryResource(current_device())
+    return gmr
 
 
 def check_driver(err, what: str) -> None:

@@ -10,6 +10,10 @@ Maps are cached by (device, address, shape, row stride, box), the oldest dropped
 CACHE_SIZE: the same operand reuses its map and costs one dict lookup. A map only encodes
 addresses and sizes, so a reused key gives the same bytes even after the memory behind it
 was freed and reallocated.
+
+Under CUDA graph capture a graph holds the map's address for every replay: maps used
+while the current stream captures are kept for the life of the process, and a new one is
+uploaded on a side stream (a capturing stream cannot wait for a host copy).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import threading
 
 import numpy as np
 
-from ._device import check_driver
+from ._device import Stream, check_driver, current_stream, is_capturing, stream
 
 # Elements of a box's inner dimension: one 128-byte line of 16-bit elements, the width of
 # the 128-byte swizzle (the layout wgmma reads).
@@ -26,7 +30,9 @@ BOX_INNER = 64
 CACHE_SIZE = 512
 
 _CACHE: dict[tuple, object] = {}
+_CAPTURED: dict[tuple, object] = {}  # maps a captured graph may read: never dropped
 _LOCK = threading.Lock()
+_SIDE = threading.local()  # the upload stream used while the current stream captures
 
 
 def tma_compatible(storage, ld: int) -> bool:
@@ -42,10 +48,17 @@ def tensor_map_2d(storage, ld: int, box_rows: int):
     128-byte swizzle, zeros for elements past the matrix (so edge tiles need no code)."""
     rows, cols = storage.shape
     key = (storage.device, storage.ptr, rows, cols, ld, box_rows)
+    capturing = is_capturing(current_stream().handle)
     held = _CACHE.get(key)  # a dict read is atomic: the hit path takes no lock
-    if held is not None:
+    if held is None:
+        held = _CAPTURED.get(key)
+    if held is not None and not capturing:
         return held
-    held = _encode(storage.ptr, rows, cols, ld, box_rows)
+    if held is None:
+        held = _encode(storage.ptr, rows, cols, ld, box_rows, capturing)
+    if capturing:
+        _CAPTURED[key] = held
+        return held
     with _LOCK:
         _CACHE[key] = held
         while len(_CACHE) > CACHE_SIZE:  # oldest first
@@ -53,7 +66,7 @@ def tensor_map_2d(storage, ld: int, box_rows: int):
     return held
 
 
-def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int):
+def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int, capturing: bool):
     from cuda.bindings import driver
 
     from .array import asarray
@@ -72,6 +85,13 @@ def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int):
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     )
     check_driver(err, f"cuTensorMapEncodeTiled({rows}x{cols}, ld={ld}, box={box_rows}x64)")
-    # asarray copies on the current stream and waits: the map is in place before any
-    # kernel that is launched after this returns.
-    return asarray(np.array(tensor_map.opaque, dtype=np.uint64).view(np.uint32))
+    # asarray copies and waits: the map is in place before any kernel launched after this
+    # returns.
+    words = np.array(tensor_map.opaque, dtype=np.uint64).view(np.uint32)
+    if not capturing:
+        return asarray(words)
+    side = getattr(_SIDE, "stream", None)
+    if side is None:
+        side = _SIDE.stream = Stream()
+    with stream(side):
+        return asarray(words)

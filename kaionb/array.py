@@ -18,7 +18,16 @@ import operator
 import ml_dtypes
 import numpy as np
 
-from ._device import Stream, check_driver, current_allocator, current_device, current_stream
+from ._device import (
+    STATE,
+    Stream,
+    check_driver,
+    current_allocator,
+    current_device,
+    current_stream,
+    graph_allocator,
+    is_capturing,
+)
 
 # The element types kaionb stores. Half types are NumPy dtypes through ml_dtypes.
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
@@ -281,12 +290,13 @@ class DeviceArray:
 
     def get(self, stream=None) -> np.ndarray:
         """Copy to a new NumPy array (waits for the stream the copy runs on)."""
+        handle = current_stream().handle if stream is None else Stream.wrap(stream).handle
+        _refuse_in_capture("DeviceArray.get", handle)
         src = self if self.is_c_contiguous else self.copy()
         host = np.empty(self.shape, self.dtype)
         if self.size:
             from cuda.bindings import driver
 
-            handle = current_stream().handle if stream is None else Stream.wrap(stream).handle
             (err,) = driver.cuMemcpyDtoHAsync(host.ctypes.data, src.ptr, self.nbytes, handle)
             check_driver(err, "DeviceArray.get: cuMemcpyDtoHAsync")
             (err,) = driver.cuStreamSynchronize(handle)
@@ -394,16 +404,37 @@ def _order_streams(producer: int, consumer: int) -> None:
 # -- creation --------------------------------------------------------------------------------
 
 def empty(shape, dtype=np.float32) -> DeviceArray:
-    """Uninitialised device memory from the stream-ordered allocator, on the current stream."""
+    """Uninitialised device memory from the stream-ordered allocator, on the current stream
+    (while the stream captures a CUDA graph: the graph's own memory, see :func:`_allocate`)."""
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty")
     nbytes = math.prod(shape) * dt.itemsize
-    memory_resource, device_id = current_allocator()
     strides = _contiguous_strides(shape, dt.itemsize)
     if nbytes == 0:
-        return DeviceArray(shape, dt, strides, 0, None, device_id)
-    buf = memory_resource.allocate(nbytes, stream=current_stream().as_core())
-    return DeviceArray(shape, dt, strides, int(buf.handle), buf, device_id)
+        out = DeviceArray(shape, dt, strides, 0, None, current_allocator()[1])
+    else:
+        buf, device_id = _allocate(nbytes)
+        out = DeviceArray(shape, dt, strides, int(buf.handle), buf, device_id)
+    if STATE.recorder is not None:
+        STATE.recorder.allocated(out)
+    return out
+
+
+def _allocate(nbytes: int):
+    """(a cuda.core Buffer of ``nbytes`` on the current stream, the device ordinal).
+
+    cuda.core's pool refuses a capturing stream; there the graph memory resource
+    allocates instead: the memory belongs to the graph (an allocation node), freed by a
+    free node when the array dies during the capture, else when it dies after (graphs
+    that kaionb.graph() makes also free it before each relaunch)."""
+    memory_resource, device_id = current_allocator()
+    stream = current_stream()
+    try:
+        return memory_resource.allocate(nbytes, stream=stream.as_core()), device_id
+    except RuntimeError:
+        if not is_capturing(stream.handle):
+            raise
+    return graph_allocator().allocate(nbytes, stream=stream.as_core()), device_id
 
 
 def zeros(shape, dtype=np.float32) -> DeviceArray:
@@ -413,7 +444,18 @@ def zeros(shape, dtype=np.float32) -> DeviceArray:
 
         (err,) = driver.cuMemsetD8Async(out.ptr, 0, out.nbytes, current_stream().handle)
         check_driver(err, "zeros: cuMemsetD8Async")
+        if STATE.recorder is not None:
+            STATE.recorder.zeroed(out)
     return out
+
+
+def _refuse_in_capture(where: str, handle: int) -> None:
+    """A host transfer waits for the GPU, which a capturing stream cannot do (the driver
+    would invalidate the capture): a clear error instead, before anything is queued."""
+    if is_capturing(handle):
+        raise RuntimeError(f"{where}: copying between host and device waits for the GPU, "
+                           "which a stream capturing a CUDA graph cannot do; do it before "
+                           "or after the capture")
 
 
 def full(shape, fill_value, dtype=None) -> DeviceArray:
@@ -479,11 +521,13 @@ def _from_host(obj, dtype) -> DeviceArray:
     normalize_dtype(host.dtype, "asarray")
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+    handle = current_stream().handle
+    if host.size:
+        _refuse_in_capture("asarray", handle)
     out = empty(host.shape, host.dtype)
     if out.size:
         from cuda.bindings import driver
 
-        handle = current_stream().handle
         (err,) = driver.cuMemcpyHtoDAsync(out.ptr, host.ctypes.data, out.nbytes, handle)
         check_driver(err, "asarray: cuMemcpyHtoDAsync")
         # The source is pageable host memory owned by Python: finish before it can go away.
@@ -557,6 +601,9 @@ def _copy_into(dst: DeviceArray, src: DeviceArray) -> None:
     if dst.dtype == src.dtype and dst.is_c_contiguous and src.is_c_contiguous:
         from cuda.bindings import driver
 
+        if STATE.recorder is not None:
+            STATE.recorder.unrecordable("a device-to-device copy")
+
         (err,) = driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, dst.nbytes, current_stream().handle)
         check_driver(err, "cuMemcpyDtoDAsync")
         return
@@ -567,6 +614,8 @@ def _memset(a: DeviceArray, value: np.ndarray) -> None:
     """Fill a contiguous array with one element's bit pattern using the driver's memset."""
     from cuda.bindings import driver
 
+    if STATE.recorder is not None:
+        STATE.recorder.unrecordable("a fill")
     bits = value.reshape(1).view({1: np.uint8, 2: np.uint16, 4: np.uint32,
                                   8: np.uint32}[a.itemsize])
     handle = current_stream().handle

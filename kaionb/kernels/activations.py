@@ -45,7 +45,7 @@ from .helpers.rowwise import (
     map_plan,
 )
 from .launch import kernel
-from .op import Plan, output, run
+from .op import Plan, fast_path, output, run
 
 LOG2E = 1.4426950408889634
 SQRT_HALF = 0.7071067811865476
@@ -149,6 +149,7 @@ def _activation_launch(op, kdef, x, gate, out):
     Plan.of(kdef, grid, (MAP_THREADS,)).launch(xv, gv, ov, xv.shape[1], aligned)
 
 
+@fast_path
 def fused_silu_gate_fwd(x, gate, *, out=None):
     """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     op = "fused_silu_gate"
@@ -163,6 +164,7 @@ def fused_silu_gate_fwd(x, gate, *, out=None):
     return run(_activation_launch, op, _SILU_GATE_KERNELS[x.dtype], x, gate, out=out)
 
 
+@fast_path
 def gelu_fwd(x, approximate="none", *, out=None):
     """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     op = "gelu"

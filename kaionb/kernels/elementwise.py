@@ -21,7 +21,7 @@ from ..ptx_patches import (bf16x2_to_f32x2, cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32,
                            f16x2_to_f32x2)
 from ..validation import as_array, check_same_device, check_shape, fail
 from .launch import kernel
-from .op import ANY_LAYOUT, C_CONTIGUOUS, Plan, output, run
+from .op import ANY_LAYOUT, C_CONTIGUOUS, Plan, fast_path, output, run
 
 THREADS = 256
 # Enough resident blocks to cover the H100 (132 SMs × 8 blocks of 256 threads) in one wave;
@@ -150,6 +150,7 @@ def _collapse(shape, *stride_sets):
     return [d for d, _ in merged], [[st[k] for _, st in merged] for k in range(len(stride_sets))]
 
 
+@fast_path
 def copy_convert_fwd(src, *, out):
     """Validate; launch unless empty: ``out[...] = src`` converted to out's dtype (same
     shape, any strides on either side). Returns ``out``."""
@@ -178,6 +179,7 @@ def _copy_convert_launch(op, kdef, src, out):
     Plan.of(kdef, (_grid_stride_blocks(out.size),), (THREADS,)).launch(src4, dst4)
 
 
+@fast_path
 def add_fwd(a, b, *, out=None):
     """Validate and resolve ``out``; launch unless empty. Returns ``out`` = a + b."""
     op = "add"

@@ -30,7 +30,7 @@ import struct
 import threading
 
 from .. import _kernel_cache as kernel_cache
-from .._device import check_driver, compute_capability, current_device, current_stream
+from .._device import STATE, check_driver, compute_capability, current_device, current_stream
 from .._toolchain import (
     CHECK_ARCHS,
     arch_name,
@@ -187,6 +187,11 @@ class CompiledKernel:
         self._packer.pack_into(buf, 0, *flat)
         gx, gy, gz = _dim3(grid)
         bx, by, bz = _dim3(block)
+        if STATE.recorder is not None:  # an op's first call: kernels.op replays it later
+            STATE.recorder.launched(self, (gx, gy, gz), (bx, by, bz), args, flat, shared_mem,
+                                    stream is None and cluster is None)
+        if STATE.capture is not None:  # kaionb.graph(): the graph keeps the memory alive
+            STATE.capture.keep(args)
         handle = current_stream().cu if stream is None else stream
         if cluster is None:
             (err,) = self._driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz,

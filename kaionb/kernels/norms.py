@@ -48,7 +48,7 @@ from .helpers.rowwise import (
     rows_view,
 )
 from .launch import kernel
-from .op import Plan, output, run
+from .op import Plan, fast_path, output, run
 
 
 def _make_norm_kernel(op, codec, name):
@@ -195,6 +195,7 @@ _KERNELS = {(op, dt): _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_{dt.name}"
             for op in ("rms_norm", "layer_norm") for dt, codec in CODECS.items()}
 
 
+@fast_path
 def _norm_fwd(op, x, weight, bias, eps, out):
     """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)

@@ -30,19 +30,30 @@ An op that chooses its output dtype (matmul's ``dtype=``) settles it first and p
 it to :func:`output`. Ops whose plan depends only on the operands' layout (matmul) keep
 plans in a :class:`PlanCache` keyed by that layout and skip the analysis on a repeated
 call.
+
+Every ``<op>_fwd`` is wrapped in :func:`fast_path`: the first call with a given
+signature (array layouts, scalars) runs the whole host path above while a recorder
+notes what it did — allocations, launches, workspaces — in terms of the call's own
+arrays; a later call with the same signature replays that record: no validation, no
+views, no plan choice, arguments packed once with only the pointers rewritten.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import NamedTuple
 
+import numpy as np
+
+from .._device import STATE, check_driver, current_stream
 from ..array import DeviceArray, empty
 from ..grad.record import record
 from ..validation import check_contiguous, check_out, fail
 from .launch import CompiledKernel, KernelDef
 
-__all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "output",
-           "outputs", "record", "run"]
+__all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "fast_path",
+           "output", "outputs", "record", "run", "workspace"]
 
 # Layouts an output may be required to have: what the op's kernel can write.
 C_CONTIGUOUS = "C-contiguous"
@@ -140,3 +151,274 @@ class PlanCache:
 
     def __len__(self) -> int:
         return len(self._plans)
+
+
+# -- the fast path: record a call once, replay it --------------------------------------------
+#
+# A call's *signature* is everything the host path's decisions depend on: each array's
+# shape, strides, dtype, device and pointer alignment (vector paths need 16 bytes), and
+# every other argument's value. Two calls with one signature run the same kernels with
+# the same grids and scalar arguments; only the pointers differ — and each pointer a kernel
+# gets lies at a fixed offset inside one of the call's arrays or of the memory the call
+# allocated. The recorder finds those offsets; a replay adds them to the new pointers.
+
+MAX_REPLAYS_PER_THREAD = 1024
+_SCALARS = frozenset((int, float, bool, str, type(None), type))
+_NOT_RECORDED = object()  # a signature whose calls do something a replay cannot redo
+
+
+def fast_path(fwd):
+    """Wrap an op's ``<op>_fwd`` (see the module doc). Calls whose arguments are not all
+    DeviceArrays and plain values (e.g. a CuPy array: it is imported on each call) run
+    ``fwd`` itself."""
+
+    @functools.wraps(fwd)
+    def call(*args, **kwargs):
+        if STATE.recorder is not None:  # inside another op's recorded first call
+            return fwd(*args, **kwargs)
+        arrays = []
+        key = _signature(fwd, args, kwargs, arrays)
+        if key is None:
+            return fwd(*args, **kwargs)
+        replays = STATE.calls
+        if replays is None:
+            replays = STATE.calls = {}
+        replay = replays.get(key)
+        if replay is None:
+            return _record(fwd, args, kwargs, arrays, replays, key)
+        if replay is _NOT_RECORDED:
+            return fwd(*args, **kwargs)
+        return replay(arrays)
+
+    call.uncached = fwd
+    return call
+
+
+def _signature(fwd, args, kwargs, arrays):
+    """The call's signature as a hashable tuple, its DeviceArrays appended to ``arrays``
+    in order; None when an argument has no signature (not an array or a plain value)."""
+    key = [fwd]
+    for value in args:
+        if not _add(value, key, arrays):
+            return None
+    for name, value in kwargs.items():
+        key.append(name)
+        if not _add(value, key, arrays):
+            return None
+    return tuple(key)
+
+
+def _add(value, key, arrays) -> bool:
+    kind = type(value)
+    if kind is DeviceArray:
+        key.append((value.shape, value.strides, value.dtype, value.ptr & 15,
+                    value.device_id))
+        arrays.append(value)
+    elif kind in _SCALARS or isinstance(value, (np.dtype, np.generic)):
+        key.append((kind, value))
+    elif kind is tuple:
+        key.append(len(value))
+        return all(_add(v, key, arrays) for v in value)
+    else:
+        return False
+    return True
+
+
+def _record(fwd, args, kwargs, arrays, replays, key):
+    recording = _Recording(arrays)
+    STATE.recorder = recording
+    try:
+        result = fwd(*args, **kwargs)
+    finally:
+        STATE.recorder = None
+    replay = recording.replay(result)
+    if replay is not None or recording.reason is not None:
+        if len(replays) >= MAX_REPLAYS_PER_THREAD:
+            del replays[next(iter(replays))]  # the oldest
+        replays[key] = _NOT_RECORDED if replay is None else replay
+    return result
+
+
+def workspace(provide, *args):
+    """``provide(*args)``: a tuple of arrays a launch needs besides the op's inputs and
+    outputs (a cached scratch buffer, say), obtained again by a replay. What ``provide``
+    allocates is its own business, not the recorded call's."""
+    recording = STATE.recorder
+    if recording is None:
+        return provide(*args)
+    STATE.recorder = None
+    try:
+        arrays = provide(*args)
+    finally:
+        STATE.recorder = recording
+    recording.provided(provide, args, arrays)
+    return arrays
+
+
+class _Recording:
+    """What one call did (the hooks in kaionb.array and CompiledKernel report here), with
+    every array named by its index in ``bases``: the call's arrays, then each array the
+    call allocated or was provided, in order."""
+
+    def __init__(self, arrays):
+        self.bases = list(arrays)
+        self.steps = []
+        self.reason = None  # why the call cannot be replayed, when it cannot
+        self.aliased = _overlapping(self.bases)
+
+    def unrecordable(self, what: str) -> None:
+        self.reason = self.reason or what
+
+    def allocated(self, array) -> None:
+        self.steps.append(_Allocate(array.shape, array.dtype))
+        self.bases.append(array)
+
+    def zeroed(self, array) -> None:
+        self.steps.append(_Zero(self._index(array), array.nbytes))
+
+    def provided(self, provide, args, arrays) -> None:
+        self.steps.append(_Provide(provide, args))
+        self.bases.extend(arrays)
+
+    def launched(self, compiled, grid, block, args, flat, shared_mem, plain) -> None:
+        if not plain:
+            return self.unrecordable("a launch on an explicit stream or with clusters")
+        slots, at = [], 0
+        for is_array, arg in zip(compiled._array_flags, args):
+            if is_array:
+                if arg.size:  # an empty array is never read: its pointer is a constant
+                    where = self._locate(arg)
+                    if where is None:
+                        return self.unrecordable(f"{compiled.kdef.name} reads memory the "
+                                                 "call neither got nor allocated")
+                    slots.append((at + 4, *where))
+                at += len(arg._numba_abi)
+            else:
+                at += 1
+        self.steps.append(_Launch(compiled, grid, block, shared_mem, flat, tuple(slots)))
+
+    def _index(self, array) -> int:
+        for i, base in enumerate(self.bases):
+            if base is array:
+                return i
+        self.unrecordable("memory the call neither got nor allocated")
+        return -1
+
+    def _locate(self, view):
+        """(index of the base whose memory holds ``view``, byte offset) or None."""
+        lo, hi = _span(view)
+        for i, base in enumerate(self.bases):
+            b_lo, b_hi = _span(base)
+            if base.size and b_lo <= lo and hi <= b_hi:
+                return i, view.ptr - base.ptr
+        return None
+
+    def replay(self, result):
+        """The replay of this call returning ``result``'s arrays, or None."""
+        if self.reason is not None or self.aliased or _overlapping(self.bases):
+            return None
+        if type(result) is tuple:
+            indices = tuple(self._index(r) for r in result)
+        else:
+            indices = self._index(result)
+        if self.reason is not None:
+            return None
+        return _Replay(tuple(self.steps), indices)
+
+
+def _span(array) -> tuple:
+    """[first byte, one past the last byte] an array touches (strides may be negative)."""
+    lo = hi = array.ptr
+    for d, st in zip(array.shape, array.strides):
+        if d > 1:
+            if st < 0:
+                lo += (d - 1) * st
+            else:
+                hi += (d - 1) * st
+    return lo, hi + array.itemsize
+
+
+def _overlapping(arrays) -> bool:
+    """Whether two distinct non-empty arrays share memory: a pointer inside both could
+    not be told apart (a replay with separate arrays would read the wrong one)."""
+    spans = sorted(_span(a) for a in arrays if a.size)
+    return any(nxt[0] < prev[1] for prev, nxt in zip(spans, spans[1:]))
+
+
+class _Replay:
+    __slots__ = ("steps", "result")
+
+    def __init__(self, steps, result):
+        self.steps = steps
+        self.result = result
+
+    def __call__(self, bases):
+        for step in self.steps:
+            step(bases)
+        if STATE.capture is not None:
+            STATE.capture.keep(bases)
+        result = self.result
+        if type(result) is tuple:
+            return tuple(bases[i] for i in result)
+        return bases[result]
+
+
+class _Allocate(NamedTuple):
+    shape: tuple
+    dtype: object
+
+    def __call__(self, bases):
+        bases.append(empty(self.shape, self.dtype))
+
+
+class _Zero(NamedTuple):
+    index: int
+    nbytes: int
+
+    def __call__(self, bases):
+        from cuda.bindings import driver
+
+        (err,) = driver.cuMemsetD8Async(bases[self.index].ptr, 0, self.nbytes,
+                                        current_stream().handle)
+        check_driver(err, "cuMemsetD8Async")
+
+
+class _Provide(NamedTuple):
+    provide: object
+    args: tuple
+
+    def __call__(self, bases):
+        bases.extend(self.provide(*self.args))
+
+
+class _Launch:
+    """One recorded launch: its own parameter block, packed once; a replay writes the
+    pointer slots (slot, base index, byte offset) and launches."""
+
+    __slots__ = ("function", "dims", "params", "slots", "address", "pointers", "name",
+                 "launch")
+
+    def __init__(self, compiled, grid, block, shared_mem, flat, slots):
+        from cuda.bindings import driver
+
+        count = max(1, len(flat))
+        self.params = (ctypes.c_uint64 * count)()
+        compiled._packer.pack_into(self.params, 0, *flat)
+        base = ctypes.addressof(self.params)
+        self.pointers = (ctypes.c_void_p * count)(*[base + 8 * i for i in range(count)])
+        self.address = ctypes.addressof(self.pointers)
+        self.function = compiled._function
+        self.dims = (*grid, *block, shared_mem)
+        self.slots = slots
+        self.name = compiled.kdef.name
+        self.launch = driver.cuLaunchKernel
+
+    def __call__(self, bases):
+        params = self.params
+        for slot, index, offset in self.slots:
+            params[slot] = bases[index].ptr + offset
+        gx, gy, gz, bx, by, bz, shared = self.dims
+        (err,) = self.launch(self.function, gx, gy, gz, bx, by, bz, shared,
+                             current_stream().cu, self.address, 0)
+        if err:
+            check_driver(err, f"launching {self.name}")

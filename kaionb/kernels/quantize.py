@@ -41,7 +41,7 @@ from .helpers.rowwise import (
     rows_view,
 )
 from .launch import kernel
-from .op import C_CONTIGUOUS, LAST_AXIS, Plan, output, outputs, run
+from .op import C_CONTIGUOUS, LAST_AXIS, Plan, fast_path, output, outputs, run
 
 QMAX = 127.0
 ROUND_MAGIC = 12582912.0  # 1.5·2^23: v + M − M rounds v to an integer, half to even
@@ -228,6 +228,7 @@ def _views(op, mode, **arrays):
     return [rows_view(op, name, a if a.ndim else a.reshape(1)) for name, a in arrays.items()]
 
 
+@fast_path
 def quantize_int8_fwd(x, axis=None, *, out=None):
     """Validate and resolve ``out`` = (q, scale); launch unless x is empty. Returns
     (q, scale)."""
@@ -259,6 +260,7 @@ def _quantize_int8_launch(op, mode, x, q, scale):
         xv, amax, qv, scale.reshape(-1), n, mode)
 
 
+@fast_path
 def dequantize_int8_fwd(q, scale, axis=None, dtype=np.float32, *, out=None):
     """Validate and resolve ``out``; launch unless q is empty. Returns ``out``."""
     op = "dequantize_int8"

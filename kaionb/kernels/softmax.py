@@ -44,7 +44,7 @@ from .helpers.rowwise import (
     rows_view,
 )
 from .launch import kernel
-from .op import Plan, output, run
+from .op import Plan, fast_path, output, run
 
 LOG2E = 1.4426950408889634
 
@@ -157,6 +157,7 @@ _KERNELS = {dt: _make_softmax_kernel(codec, f"_softmax_fwd_kernel_{dt.name}")
             for dt, codec in CODECS.items()}
 
 
+@fast_path
 def softmax_fwd(x, axis=-1, *, out=None):
     """Validate and resolve ``out``; launch unless x is empty. Returns ``out``."""
     op = "softmax"

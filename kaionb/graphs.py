@@ -1,0 +1,124 @@
+"""CUDA graphs: capture a sequence of kaionb ops once, replay it for a few µs.
+
+    with kaionb.graph() as g:          # the ops run nothing: they are recorded
+        h = kaionb.rms_norm(x, w)
+        y = kaionb.matmul(h, wq)
+    g.replay()                         # runs them on the current stream; y holds the result
+    x[...] = new values; g.replay()    # (write new inputs into the same memory)
+
+A graph holds pointers: each replay reads the inputs and writes the outputs that the
+captured calls saw. kaionb.graph keeps that memory alive for as long as the graph lives,
+so a replay never reads freed memory. Arrays allocated during the capture (the outputs of
+ops that allocate, split-K workspaces) belong to the graph (cuda.core's
+GraphMemoryResource): an array that dies inside the ``with`` block is freed inside the
+graph, one that outlives it (``y`` above) holds the result of the latest replay.
+
+Capture works the same under ``torch.cuda.graph`` and CuPy's ``Stream.begin_capture``:
+run the ops inside ``with kaionb.stream(capturing_stream):``. There, keeping inputs and
+outputs alive is the caller's job (as it is for torch's own static tensors).
+
+What cannot be captured raises before anything is queued: host transfers (``.get()``,
+``asarray`` of host memory) wait for the GPU, which a capturing stream cannot do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ._device import STATE, Stream, current_device, current_stream
+from ._device import stream as run_on
+
+__all__ = ["Graph", "graph"]
+
+
+class Graph:
+    """A captured sequence of kaionb launches (see the module doc): ``replay()`` runs it."""
+
+    def __init__(self):
+        self._graph = None  # the cuda.core Graph, once the capture ends
+        self._kept: dict[int, object] = {}  # id → owner of memory the launches read
+
+    def keep(self, arrays) -> None:
+        """Called for each captured launch: hold the memory of its array arguments. The
+        graph's own allocations need no holding (they live with the graph)."""
+        from cuda.core import GraphMemoryResource
+
+        for a in arrays:
+            owner = getattr(a, "_owner", None)
+            if owner is None or id(owner) in self._kept:
+                continue
+            if isinstance(getattr(owner, "memory_resource", None), GraphMemoryResource):
+                continue
+            self._kept[id(owner)] = owner
+
+    def replay(self, stream=None) -> None:
+        """Run the captured launches on ``stream`` (default: the current stream), after
+        the work queued there so far."""
+        if self._graph is None:
+            raise RuntimeError("kaionb.Graph.replay: the graph is not complete (still "
+                               "capturing, or the capture failed) or was closed")
+        target = current_stream() if stream is None else Stream.wrap(stream)
+        self._graph.launch(target.as_core())
+
+    def upload(self, stream=None) -> None:
+        """Prepare the graph's launch resources ahead of the first replay (optional)."""
+        if self._graph is None:
+            raise RuntimeError("kaionb.Graph.upload: the graph is not complete or was closed")
+        target = current_stream() if stream is None else Stream.wrap(stream)
+        self._graph.upload(target.as_core())
+
+    def close(self) -> None:
+        """Release the graph and the memory it holds (after work queued on it finishes:
+        the driver defers the release)."""
+        if self._graph is not None:
+            self._graph.close()
+            self._graph = None
+        self._kept.clear()
+
+    @property
+    def kept_buffers(self) -> int:
+        """How many separate allocations the graph keeps alive (inputs, outputs)."""
+        return len(self._kept)
+
+
+@contextlib.contextmanager
+def graph(stream=None):
+    """Capture the kaionb ops of the ``with`` block into a :class:`Graph`.
+
+    The ops run on a capturing stream: a new one, or ``stream`` (any stream-like object
+    of the current device; not the legacy default stream, which cannot capture). An
+    exception inside the block ends the capture and discards it; the context stays usable.
+    """
+    if STATE.capture is not None:
+        raise RuntimeError("kaionb.graph: a capture is already in progress on this thread "
+                           "(captures do not nest)")
+    from cuda.core.graph import GraphCompleteOptions
+
+    capture_stream = Stream() if stream is None else Stream.wrap(stream)
+    if capture_stream.handle in (0, 1, 2):
+        raise ValueError("kaionb.graph: argument 'stream' expected a created stream, got the "
+                         "default stream (it cannot capture)")
+    current_device()
+    builder = capture_stream.as_core().create_graph_builder()
+    g = Graph()
+    # relaxed: a kernel's first use loads its module, which a stricter mode refuses.
+    builder.begin_building("relaxed")
+    STATE.capture = g
+    try:
+        with run_on(builder.stream):
+            yield g
+    except BaseException:
+        STATE.capture = None
+        try:
+            builder.end_building()
+        except Exception:  # the capture may be invalid already: the original error matters
+            pass
+        builder.close()
+        g.close()
+        raise
+    STATE.capture = None
+    builder.end_building()
+    try:
+        g._graph = builder.complete(GraphCompleteOptions(auto_free_on_launch=True))
+    finally:
+        builder.close()
