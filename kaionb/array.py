@@ -98,7 +98,7 @@ def _contiguous_strides(shape, itemsize) -> tuple[int, ...]:
 class DeviceArray:
     """An array in device memory. Create with ``kaionb.asarray``, ``empty``, ``zeros``, ..."""
 
-    __slots__ = ("shape", "strides", "dtype", "ptr", "device_id", "ndim", "_owner",
+    __slots__ = ("shape", "strides", "dtype", "ptr", "device_id", "ndim", "_owner", "_layout",
                  "_numba_abi", "requires_grad", "grad", "__weakref__")
 
     # Keep NumPy from treating us as a sequence in mixed expressions (ndarray op DeviceArray).
@@ -117,6 +117,7 @@ class DeviceArray:
         self._numba_abi = (0, 0, math.prod(shape), dtype.itemsize, ptr) + shape + strides
         self.requires_grad = False
         self.grad = None
+        self._layout = None  # kernels.op's signature of this array, made on first use
 
     # -- NumPy vocabulary --------------------------------------------------------------
     @property
@@ -413,11 +414,17 @@ def empty(shape, dtype=np.float32) -> DeviceArray:
     if nbytes == 0:
         out = DeviceArray(shape, dt, strides, 0, None, current_allocator()[1])
     else:
-        buf, device_id = _allocate(nbytes)
-        out = DeviceArray(shape, dt, strides, int(buf.handle), buf, device_id)
+        out = _new(shape, dt, strides, nbytes)
     if STATE.recorder is not None:
         STATE.recorder.allocated(out)
     return out
+
+
+def _new(shape: tuple, dt: np.dtype, strides: tuple, nbytes: int) -> DeviceArray:
+    """A new C-contiguous array of an already checked shape and dtype (``empty``'s
+    work, less the checks: the replay of a recorded call allocates with it)."""
+    buf, device_id = _allocate(nbytes)
+    return DeviceArray(shape, dt, strides, int(buf.handle), buf, device_id)
 
 
 def _allocate(nbytes: int):

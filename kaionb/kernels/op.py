@@ -47,7 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._device import STATE, check_driver, current_stream
-from ..array import DeviceArray, empty
+from ..array import DeviceArray, _new, empty
 from ..grad.record import record
 from ..validation import check_contiguous, check_out, fail
 from .launch import CompiledKernel, KernelDef
@@ -196,10 +196,20 @@ def fast_path(fwd):
 
 def _signature(fwd, args, kwargs, arrays):
     """The call's signature as a hashable tuple, its DeviceArrays appended to ``arrays``
-    in order; None when an argument has no signature (not an array or a plain value)."""
+    in order; None when an argument has no signature (not an array or a plain value).
+    (Arrays and strings inline: this runs on every call.)"""
     key = [fwd]
     for value in args:
-        if not _add(value, key, arrays):
+        kind = type(value)
+        if kind is DeviceArray:
+            layout = value._layout
+            if layout is None:
+                layout = value._layout = _layout(value)
+            key.append(layout)
+            arrays.append(value)
+        elif kind is str or value is None:
+            key.append(value)
+        elif not _add(value, key, arrays):
             return None
     for name, value in kwargs.items():
         key.append(name)
@@ -208,11 +218,18 @@ def _signature(fwd, args, kwargs, arrays):
     return tuple(key)
 
 
+def _layout(a) -> tuple:
+    """What the host path reads of an array: never changes for one DeviceArray."""
+    return (a.shape, a.strides, a.dtype, a.ptr & 15, a.device_id)
+
+
 def _add(value, key, arrays) -> bool:
     kind = type(value)
     if kind is DeviceArray:
-        key.append((value.shape, value.strides, value.dtype, value.ptr & 15,
-                    value.device_id))
+        layout = value._layout
+        if layout is None:
+            layout = value._layout = _layout(value)
+        key.append(layout)
         arrays.append(value)
     elif kind in _SCALARS or isinstance(value, (np.dtype, np.generic)):
         key.append((kind, value))
@@ -270,7 +287,7 @@ class _Recording:
         self.reason = self.reason or what
 
     def allocated(self, array) -> None:
-        self.steps.append(_Allocate(array.shape, array.dtype))
+        self.steps.append(_Allocate(array.shape, array.dtype, array.strides, array.nbytes))
         self.bases.append(array)
 
     def zeroed(self, array) -> None:
@@ -366,9 +383,14 @@ class _Replay:
 class _Allocate(NamedTuple):
     shape: tuple
     dtype: object
+    strides: tuple
+    nbytes: int
 
     def __call__(self, bases):
-        bases.append(empty(self.shape, self.dtype))
+        if self.nbytes:
+            bases.append(_new(self.shape, self.dtype, self.strides, self.nbytes))
+        else:
+            bases.append(empty(self.shape, self.dtype))
 
 
 class _Zero(NamedTuple):
