@@ -91,6 +91,25 @@ def _helpers_kernel(u, f, h, h2, c16, c32):
     H.store_c_frag_f32(c32, 0, 0, tid % 32, d)
 
 
+def test_mma_pipeline_geometry():
+    """16-row warp tiles (MT = 1, a 1×4 warp grid) build where A is K-major; tiles the
+    loaders, the warp grid or the k-step swizzle cannot serve are refused at build time."""
+    from kaionb.kernels.helpers.mma_pipeline import mma_pipeline
+
+    pipe = mma_pipeline("f16", True, False, "async", (16, 64, 64, 1, 4, 4))
+    assert (pipe.THREADS, pipe.MT, pipe.NT) == (128, 1, 2)
+    assert pipe.SHARED_BYTES == 4 * (16 * 64 + 64 * 64) * 2
+    mma_pipeline("bf16", True, True, "async", (16, 64, 64, 1, 4, 4))
+    mma_pipeline("f16", False, False, "async", (32, 64, 64, 1, 4, 4))  # 64-byte A rows
+    with pytest.raises(ValueError, match="too narrow for an M/N-major operand"):
+        mma_pipeline("f16", False, False, "async", (16, 64, 64, 1, 4, 4))  # 32-byte rows
+    with pytest.raises(ValueError, match="does not fit the loaders"):
+        # 128 chunks of A per stage for 256 threads
+        mma_pipeline("f16", True, False, "async", (16, 128, 64, 1, 8, 4))
+    with pytest.raises(ValueError, match="m16 x n16 warp tiles"):
+        mma_pipeline("f16", True, False, "async", (16, 64, 64, 2, 2, 4))  # 8-row warp tiles
+
+
 @pytest.mark.parametrize("cc", list(CHECK_ARCHS), ids=list(CHECK_ARCHS.values()))
 def test_helpers_compile_and_assemble(cc):
     sig = (types.uint32[::1], types.float32[::1], types.uint16[::1], types.uint16[:, ::1],

@@ -3,6 +3,8 @@ variant (f16/bf16 × sync/async × NN/NT/TN/TT × tile class × split-K, and on 
 wgmma kernel of kernels.matmul_hopper in every layout and tile class) matches float64
 NumPy on odd shapes, writes every output element, and repeats bit for bit."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -157,19 +159,108 @@ def test_out_must_be_contiguous():
 
 def test_every_variant_is_registered():
     names = {k.name for k in mm._KERNELS.values()}
-    # 16-bit: 2 dtypes × 3 layouts × 2 load pipelines × 2 tiles; tf32(x3): 2 × 2 × 2 × 2.
-    assert len(names) == len(mm._KERNELS) == 2 * 3 * 2 * 2 + 2 * 2 * 2 * 2
+    # 16-bit, per dtype: sync 3 layouts × 2 tiles; async 3 layouts × (large, small,
+    # decode64) + 2 K-major-A layouts × decode16. tf32(x3): 2 × 2 layouts × 2 loads × 2.
+    assert len(names) == len(mm._KERNELS) == 2 * (3 * 2 + 3 * 3 + 2) + 2 * 2 * 2 * 2
+    # 16-row tiles only where A is K-major (an M-major A tile needs 64-byte rows).
+    assert "decode16" in mm._TILE_CHOICES[("f16", True, True, "async")]
+    assert "decode16" not in mm._TILE_CHOICES[("f16", False, False, "async")]
+    assert "decode64" in mm._TILE_CHOICES[("bf16", False, False, "async")]
 
 
 def test_shape_classes():
-    # 4096² fills the GPU with large tiles; decode shapes get 64×64 tiles and split K.
+    # 4096² fills the GPU with large tiles; M=128 runs 64×64 tiles with split K.
     tiles = mm.TILES[("16bit", "async")]
     assert mm._choose(4096, 4096, 4096, 132, tiles)[0] == "large"
-    tile, splits, k_chunk = mm._choose(1, 4096, 4096, 132, tiles)
+    tile, splits, k_chunk = mm._choose(128, 4096, 4096, 132, tiles)
     assert tile == "small" and splits > 1 and k_chunk % tiles["small"][2] == 0
     assert splits * k_chunk >= 4096 > (splits - 1) * k_chunk
     # A batch of small problems fills the GPU without splitting K.
     assert mm._choose(64, 64, 4096, 132, tiles, batch=512)[1] == 1
+    # Without decode tiles (sync loads, tf32) a decode shape splits the small tile.
+    assert mm._choose(1, 4096, 4096, 132, mm.TILES[("16bit", "sync")])[:2] == ("small", 5)
+
+
+@pytest.mark.parametrize("sms", [132, 108, 78])
+@pytest.mark.parametrize("m, tile", [(1, "decode16"), (16, "decode16"), (17, "decode64"),
+                                     (33, "decode64"), (64, "decode64")])
+def test_decode_tile_and_splits(m, tile, sms):
+    """M ≤ 64 runs the decode tile whose M covers it, split so that the blocks make one
+    wave of about DECODE_BLOCKS_PER_SM per SM, every split a whole number of k-tiles."""
+    tiles = mm.TILES[("16bit", "async")]
+    n = k = 4096
+    got, splits, k_chunk = mm._choose(m, n, k, sms, tiles)
+    bm, bn, bk = tiles[got][:3]
+    assert got == tile and bm >= m
+    blocks = math.ceil(n / bn) * splits
+    target = mm.DECODE_BLOCKS_PER_SM[tile] * sms
+    assert target / 2 < blocks <= target, (splits, blocks, target)
+    assert k_chunk % bk == 0 and k_chunk >= mm.MIN_SPLIT_K
+    assert splits * k_chunk >= k > (splits - 1) * k_chunk
+
+
+def test_decode_splits_edge_cases():
+    tiles = mm.TILES[("16bit", "async")]
+    # Short K is not split below MIN_SPLIT_K; a wide N fills the GPU without splits.
+    assert mm._choose(1, 4096, 300, 132, tiles)[1] == 1
+    assert mm._choose(16, 65536, 4096, 132, tiles)[:2] == ("decode16", 1)
+    # K not a multiple of the tile: the last split is shorter, none is empty.
+    tile, splits, k_chunk = mm._choose(16, 1000, 3000, 132, tiles)
+    assert tile == "decode16" and splits > 1 and (splits - 1) * k_chunk < 3000
+    # Forced tile and splits (benchmarks, tests).
+    assert mm._choose(1, 4096, 4096, 132, tiles, tile="small")[0] == "small"
+    assert mm._choose(1, 4096, 4096, 132, tiles, tile="decode16", splits=16)[1:] == (16, 256)
+    assert mm._choose(1, 4096, 4096, 132, tiles, tile="large")[1] == 1
+    assert mm._choose(1, 100, 40, 132, tiles, splits=7)[1:] == (1, 64)
+
+
+def test_splitk_workspace_is_cached_per_stream_and_grows(monkeypatch):
+    """One workspace per (device, stream), reused while it is big enough, replaced by a
+    larger one (counters zeroed once, on its stream) when a launch needs more."""
+    from kaionb._device import Stream
+
+    zeroed, allocated = [], []
+    streams = {"s": Stream(_handle=0)}
+
+    def fake_empty(shape, dtype):
+        allocated.append(shape[0])
+        return _fake(shape, dtype)
+
+    monkeypatch.setattr(mm, "_WORKSPACES", {})
+    monkeypatch.setattr(mm, "empty", fake_empty)
+    monkeypatch.setattr(mm, "current_allocator", lambda: (None, 0))
+    monkeypatch.setattr(mm, "current_stream", lambda: streams["s"])
+    monkeypatch.setattr(mm, "_zero_u32", lambda ptr, n, h: zeroed.append((n, h)))
+    capturing = {"on": False}
+    monkeypatch.setattr(mm, "is_capturing", lambda handle: capturing["on"])
+    p1, c1 = mm._splitk_workspace(1000, 10)
+    assert p1.dtype == np.float32 and c1.dtype == np.uint32
+    assert p1.nbytes >= 1000 and c1.size >= 10 and zeroed == [(c1.size, 0)]
+    assert (p1.ptr - c1.ptr) == 4 * c1.size and p1.ptr % 256 == 0
+    p2, c2 = mm._splitk_workspace(500, 3)  # smaller: the same memory, no memset
+    assert (p2.ptr, c2.ptr) == (p1.ptr, c1.ptr) and len(zeroed) == 1
+    p3, c3 = mm._splitk_workspace(500, 100)  # more counters: a new buffer, never smaller
+    assert c3.size >= 100 and p3.nbytes >= 1000 and len(zeroed) == 2
+    streams["s"] = Stream(_handle=7)  # another stream: its own workspace
+    mm._splitk_workspace(8, 1)
+    assert zeroed[-1][1] == 7 and len(mm._WORKSPACES) == 2
+    # Capturing a graph: a fresh zeroed workspace for the graph alone, never cached.
+    capturing["on"] = True
+    before = dict(mm._WORKSPACES)
+    p4, c4 = mm._splitk_workspace(8, 1)
+    assert zeroed[-1][1] == 7 and len(zeroed) == 4 and mm._WORKSPACES == before
+    assert allocated[-1] == allocated[-2] and p4 is not before[(0, 7)].partials
+
+
+def test_forced_tile_must_have_a_kernel(monkeypatch):
+    monkeypatch.setattr(mm, "compute_capability", lambda: (8, 0))
+    monkeypatch.setattr(mm, "multiprocessor_count", lambda: 108)
+    monkeypatch.setattr(mm, "empty", lambda shape, dtype: _fake(shape, dtype))
+    with pytest.raises(ValueError, match=r"t: argument 'tile' expected one of \['large', "
+                       r"'small'\] .*got 'decode16'"):
+        mm.matmul_fwd("t", _fake((16, 64)), _fake((64, 64)), loads="sync", tile="decode16")
+    with pytest.raises(ValueError, match=r"argument 'tile' expected one of \['decode64', "):
+        mm.matmul_fwd("t", _fake((64, 16)).T, _fake((64, 64)), tile="decode16")
 
 
 def test_wgmma_tile_choice():
@@ -273,15 +364,131 @@ def test_half_outputs(dtype, m, n, k, out_dtype):
 
 
 @gpu
-@pytest.mark.parametrize("tile", ["large", "small"])
+@pytest.mark.parametrize("tile", ["large", "small", "decode16", "decode64"])
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("pipeline", ["sync", "async"])
 def test_tile_classes_and_split_k(pipeline, splits, tile):
+    if pipeline == "sync" and tile.startswith("decode"):
+        pytest.skip("decode tiles run on the cp.async pipeline only")
     fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(F16,), loads=pipeline, out=out,
                                            tile=tile, splits=splits)
     fwd.__name__ = f"matmul_fwd[{pipeline},{tile},{splits}]"
     for layout in ("nn", "nt", "tn"):
-        check_matmul(fwd, 200, 136, 1000, F16, layout)
+        if (pipeline, layout, tile) != ("async", "tn", "decode16"):
+            check_matmul(fwd, 200, 136, 1000, F16, layout)
+
+
+@pytest.fixture
+def mma_launches(monkeypatch):
+    """The _MmaLaunch of every mma.sync launch, in order."""
+    launches = []
+    real = mm._run_mma
+    monkeypatch.setattr(mm, "_run_mma", lambda plan: launches.append(plan) or real(plan))
+    return launches
+
+
+def _mma_fwd(**kw):
+    fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, out=out, prefer_wgmma=False, **kw)
+    fwd.__name__ = f"matmul_fwd[mma.sync, {kw}]"
+    return fwd
+
+
+# Decode shapes: M ≤ 64 runs a decode tile, M = 128 the small one, all with split K folded
+# into the launch; N and K not multiples of the tiles; the last is unaligned (sync loads).
+DECODE_CASES = [(1, 4096, 4096), (16, 1000, 3000), (33, 520, 2056), (64, 4096, 1032),
+                (128, 1000, 3000), (16, 999, 1001)]
+
+
+@gpu
+@pytest.mark.parametrize("out_dtype", [F16, bfloat16, np.float32], ids=["f16", "bf16", "f32"])
+@pytest.mark.parametrize("m, n, k", DECODE_CASES)
+@pytest.mark.parametrize("dtype", [F16, bfloat16], ids=["f16", "bf16"])
+def test_decode_split_k_in_one_launch(dtype, m, n, k, out_dtype, mma_launches):
+    check_matmul(_mma_fwd(), m, n, k, dtype, "nn", out_dtype=out_dtype)
+    (plan,) = mma_launches  # one kernel, no reduction launch
+    splits = plan.grid[2]
+    assert splits > 1 and plan.ws_bytes > 0 and plan.n_counters == plan.grid[0] * plan.grid[1]
+    if m <= 64 and k % 8 == 0:
+        assert "decode" in plan.kernel.kdef.name
+
+
+@gpu
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+@pytest.mark.parametrize("tile, splits", [("decode16", 5), ("decode64", 3), ("small", 4),
+                                          ("large", 2)])
+def test_forced_tiles_and_splits_fold(tile, splits, layout, mma_launches):
+    """Any tile class with any split count, in every layout it has a kernel for: edges in
+    M, N and K, partial last split."""
+    for m in (1, 16, 37):
+        if tile == "decode16" and (layout == "tn" or m > 16):
+            continue
+        check_matmul(_mma_fwd(tile=tile, splits=splits), m, 1000, 2056, bfloat16, layout,
+                     out_dtype=F16)
+        assert mma_launches[-1].grid[2] == splits
+
+
+@gpu
+@pytest.mark.parametrize("shape_a, shape_b", [((3, 16, 2056), (3, 2056, 1000)),
+                                              ((2, 1, 5, 1032), (3, 1032, 520)),
+                                              ((4, 64, 1024), (1024, 4096))])
+def test_batched_split_k(shape_a, shape_b, mma_launches):
+    """Batches that do not fold into one matrix (batch against batch, broadcast B) split K
+    per batch entry: one counter per tile of every entry; a batch over a shared B folds."""
+    rng = np.random.default_rng(8)
+    a, b = random_array(shape_a, F16, rng=rng), random_array(shape_b, F16, rng=rng)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    out = poisoned(ref.shape, F16)
+    mm.matmul_fwd("t", kaionb.asarray(a), kaionb.asarray(b), out=out, prefer_wgmma=False)
+    got = out.get()
+    assert np.isfinite(got.astype(np.float64)).all()
+    assert relative_error(got, ref) < TOL[F16] + OUT_TOL[F16]
+    plan = mma_launches[-1]
+    batch = plan.grid[2] // plan.args[12]  # grid z = batch × splits
+    assert plan.args[12] > 1 and plan.n_counters == batch * plan.grid[0] * plan.grid[1]
+
+
+@gpu
+@pytest.mark.parametrize("m", [1, 16, 64, 128])
+def test_decode_bit_identical_repeats(m):
+    """The last split to arrive differs run to run; the sum's order does not."""
+    rng = np.random.default_rng(9)
+    da, db, first = check_matmul(_mma_fwd(), m, 4096, 4096, bfloat16, "nn", rng=rng)
+    for _ in range(3):
+        again = mm.matmul_fwd("t", da, db, dtype=np.float32, prefer_wgmma=False).get()
+        assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+
+
+@gpu
+def test_workspace_reuse_across_shapes_and_streams():
+    """Back-to-back split-K calls of different shapes share one workspace per stream (no
+    synchronization between them): each call finds its counters at zero, the workspace
+    grows when a shape needs more, and a second stream gets its own."""
+    rng = np.random.default_rng(10)
+    shapes = [(16, 4096, 4096), (1, 520, 1032), (64, 4096, 4096), (33, 1000, 3000),
+              (16, 4096, 4096), (128, 2048, 4096), (1, 520, 1032)]
+    cases = []
+    for m, n, k in shapes:
+        a, b = random_array((m, k), F16, rng=rng), random_array((k, n), F16, rng=rng)
+        cases.append((kaionb.asarray(a), kaionb.asarray(b), mm.matmul_ref(a, b),
+                      poisoned((m, n), np.float32)))
+    mm._WORKSPACES.clear()
+    for da, db, _, out in cases:  # queued back to back, checked after
+        mm.matmul_fwd("t", da, db, out=out, prefer_wgmma=False)
+    kaionb.current_stream().synchronize()  # the side stream does not wait for this one
+    side = kaionb.Stream()
+    with kaionb.stream(side):
+        side_out = poisoned(cases[0][3].shape, np.float32)
+        mm.matmul_fwd("t", cases[0][0], cases[0][1], out=side_out, prefer_wgmma=False)
+    side.synchronize()
+    assert len(mm._WORKSPACES) == 2
+    for (m, n, k), (_, _, ref, out) in zip(shapes, cases):
+        got = out.get()
+        assert np.isfinite(got).all(), (m, n, k)
+        assert relative_error(got, ref) < TOL[F16], (m, n, k)
+    assert np.array_equal(side_out.get(), cases[0][3].get())
+    # Every counter is back at zero.
+    for ws in mm._WORKSPACES.values():
+        assert not ws.counters.get().any()
 
 
 @gpu

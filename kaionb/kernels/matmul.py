@@ -12,9 +12,10 @@ https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-mat
 design as CUTLASS's sm80 GEMM): f16/bf16 m16n8k16 or, for float32 inputs, tf32 m16n8k8 —
 one pass ("tf32") or three on split operands ("tf32x3", float32 accuracy). Each block
 computes a BM×BN tile of one batch entry (grid z = batch × K splits); the epilogue stages
-the accumulators in shared memory and writes whole 16-byte chunks in the output's dtype;
-split-K partials go to an f32 workspace summed in split order by a second kernel
-(deterministic).
+the accumulators in shared memory and writes whole 16-byte chunks in the output's dtype.
+Split-K in the same launch: each split writes its f32 partial to a cached workspace and the
+last split of a tile to arrive sums them in split order (deterministic) and writes the
+output (``helpers.epilogue.make_splitk_fold``).
 
 Layouts without copies: an operand is read from its *storage* matrix, the row-major array
 its memory is. A (M×K) is K-major (row-major A) or M-major (``x.T`` of a row-major K×M);
@@ -30,13 +31,19 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32, uint8, uint16
+from numba import cuda, float32, int32, uint8
 
-from .._device import compute_capability, multiprocessor_count
+from .._device import (
+    check_driver,
+    compute_capability,
+    current_allocator,
+    current_stream,
+    is_capturing,
+    multiprocessor_count,
+)
 from .._tensor_map import tma_compatible
 from ..array import DeviceArray, bfloat16, empty, register_kernel
 from ..grad import record
-from ..ptx_patches import cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32
 from ..validation import (
     as_array,
     check_contiguous,
@@ -47,8 +54,10 @@ from ..validation import (
 )
 from . import matmul_hopper
 from .helpers import OUT_BF16, OUT_F16, OUT_F32, chunk_coords, store_row_chunk8
+from .helpers.epilogue import make_splitk_fold
 from .helpers.mma_pipeline import mma_pipeline
 from .launch import kernel
+from .op import fast_path, workspace
 
 # -- tuning constants ------------------------------------------------------------------------
 
@@ -64,8 +73,15 @@ from .launch import kernel
 # tf32 (4-byte operands): the same warp tiles with BK halved (128-byte K-major rows); the
 #   small tile keeps 2 stages (3 spilled 4-16 bytes on sm_89 / sm_90a, ptxas -v);
 #   tf32x3's split fragments double the operand registers, so its large tile is 128×128.
+# decode16 / decode64 (M ≤ 16 / ≤ 64, e.g. 16×4096×4096): B's K×N×2 bytes set the time
+#   (32 MiB at 4096²: ~10 µs at 3.35 TB/s), so the tile's M is the problem's (no mma or
+#   shared memory for rows that do not exist) and the ring keeps B in flight: decode16
+#   has 3 × 8 KB of B in flight per block in a 40 KB ring (5 blocks fit an SM), decode64
+#   3 × 16 KB in 96 KB (2 per SM). Little's law wants ~30-40 KB per SM at ~1.5 µs of
+#   loaded latency. 16-row tiles need a K-major A (the k-step swizzle, helpers).
 TILES = {
-    ("16bit", "async"): {"large": (128, 256, 64, 2, 4, 4), "small": (64, 64, 32, 2, 2, 4)},
+    ("16bit", "async"): {"large": (128, 256, 64, 2, 4, 4), "small": (64, 64, 32, 2, 2, 4),
+                         "decode16": (16, 64, 64, 1, 4, 4), "decode64": (64, 128, 64, 2, 4, 4)},
     ("16bit", "sync"): {"large": (128, 128, 64, 2, 4, 3), "small": (64, 64, 32, 2, 2, 4)},
     ("tf32", "async"): {"large": (128, 128, 32, 2, 4, 3), "small": (64, 64, 16, 2, 2, 2)},
     ("tf32", "sync"): {"large": (128, 128, 32, 2, 4, 3), "small": (64, 64, 32, 2, 2, 3)},
@@ -76,7 +92,16 @@ LARGE_MIN_BLOCKS_PER_SM = 0.9
 # f32 workspace, summed in split order); each split keeps at least MIN_SPLIT_K of K.
 SPLIT_TARGET_BLOCKS_PER_SM = 2
 MIN_SPLIT_K = 256
-REDUCE_THREADS = 256
+# Decode tiles, smallest first: the first whose BM covers M runs it. Splits fill about
+# this many blocks per SM (one wave of resident blocks: no tail wave, and each split's
+# partial costs BM×BN×4 bytes of L2 traffic twice).
+DECODE_TILES = ("decode16", "decode64")
+DECODE_BLOCKS_PER_SM = {"decode16": 4, "decode64": 2}
+# Split-K fold: partials each thread loads at once (helpers.epilogue.make_splitk_fold). The
+# decode tiles' registers leave room for 8 (one round trip for 8 splits); 4 or more spilled
+# the 255-register large sync tile on sm_80 (4 bytes), 8 the small TN-sync / tf32 tiles on
+# sm_89 / sm_90a; other classes take 4.
+FOLD_GROUP = {"decode16": 8, "decode64": 8, "large": 2}
 # Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
 # float32 inputs: "highest" runs tf32x3 (float32 accuracy), "tf32" one tf32 pass.
@@ -94,10 +119,11 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
              stride 0 broadcasts): A as M×K (``a_kmajor``) or K×M; B as N×K (``b_kmajor``)
              or K×N
     out32, out16   the output [batch, M, N] for kind OUT_F32, or OUT_F16/OUT_BF16
-    ws       split-K workspace [batch, splits, M, N] f32 (used when splits > 1)
+    ws, counters   split-K workspace (splits > 1): f32 partials, BM×BN per block, and one
+             uint32 arrival counter per output tile, zero at launch (and left zero)
     M, N, K, lda, ldb, k_chunk (K per split, a multiple of BK), splits, kind
     vec_ok   the storage rows are 16-byte aligned: whole chunks load as 128 bits (sync)
-    out_vec  the output rows (and the workspace's) are 16-byte aligned: 128-bit stores
+    out_vec  the output rows are 16-byte aligned: 128-bit stores
 
     Grid: (N tiles, M tiles, batch × splits).
     """
@@ -106,17 +132,19 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
     pipe = mma_pipeline(operand, a_kmajor, b_kmajor, loads, block_tile)
     BM, BN = block_tile[0], block_tile[1]
     THREADS, MT, NT, CS = pipe.THREADS, pipe.MT, pipe.NT, pipe.CS
+    CHUNKS = BM * BN // 8  # 8-column chunks of the output tile
     storage = pipe.operand.storage
     mainloop, stage_accumulators = pipe.mainloop, pipe.stage_accumulators
+    fold = make_splitk_fold(FOLD_GROUP.get(tile, 4))
     signature = (f"void({storage}[:, :, :], {storage}[:, :, :], float32[:, :, ::1], "
-                 "uint16[:, :, ::1], float32[:, :, :, ::1], int32, int32, int32, int32, int32, "
-                 "int32, int32, int32, int32, int32)")
+                 "uint16[:, :, ::1], float32[::1], uint32[::1], int32, int32, int32, int32, "
+                 "int32, int32, int32, int32, int32, int32)")
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
 
     @kernel([signature], name=f"_matmul_fwd_kernel_{operand}_{layout}_{loads}_{tile}",
             max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
-    def _matmul_fwd_kernel(a, b, out32, out16, ws, M, N, K, lda, ldb, k_chunk, splits, kind,
-                           vec_ok, out_vec):
+    def _matmul_fwd_kernel(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits,
+                           kind, vec_ok, out_vec):
         smem = cuda.shared.array(0, uint8)
         acc = cuda.local.array((MT, NT, 4), float32)  # [m16 tile][n8 tile][C fragment]
         for i in range(MT):
@@ -129,7 +157,7 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
         split = int32(cuda.blockIdx.z) % splits
         k_begin = split * k_chunk
         mainloop(smem, a, b, bz, lda, ldb, m0, n0, k_begin, min(K, k_begin + k_chunk), M,
-                      N, vec_ok, acc)
+                 N, vec_ok, acc)
 
         # Epilogue through shared memory: accumulators -> an f32 C tile, then each thread
         # writes whole 8-column chunks: coalesced 16-byte global stores.
@@ -137,14 +165,18 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
         cs = cuda.shared.array(0, float32)
         stage_accumulators(cs, acc)
         cuda.syncthreads()
+        if splits > 1:
+            tile_id = ((bz * int32(cuda.gridDim.y) + int32(cuda.blockIdx.y))
+                       * int32(cuda.gridDim.x) + int32(cuda.blockIdx.x))
+            if not fold(ws, counters, cs, tile_id, split, splits, M - m0, N - n0, BM, BN, CS,
+                        THREADS):
+                return  # not the last split of this tile: the last one writes it
         tid = int32(cuda.threadIdx.x)
-        split_k = splits > 1
-        dst32 = ws[bz, split] if split_k else out32[bz]
-        out_kind = OUT_F32 if split_k else kind
-        for q in range(BM * BN // 8 // THREADS):
-            r, c = chunk_coords(tid + q * THREADS, BN)
-            store_row_chunk8(dst32, out16[bz], out_kind, m0 + r, n0 + c, M, N, out_vec, cs,
-                             r * CS + c)
+        for q in range((CHUNKS + THREADS - 1) // THREADS):
+            if tid + q * THREADS < CHUNKS:
+                r, c = chunk_coords(tid + q * THREADS, BN)
+                store_row_chunk8(out32[bz], out16[bz], kind, m0 + r, n0 + c, M, N, out_vec,
+                                 cs, r * CS + c)
 
     _matmul_fwd_kernel.threads = THREADS
     _matmul_fwd_kernel.shared_bytes = pipe.SHARED_BYTES
@@ -152,55 +184,33 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
     return _matmul_fwd_kernel
 
 
-@kernel(["void(float32[:, :, :, ::1], float32[:, :, ::1], uint16[:, :, ::1], int32)"],
-        name="_matmul_splitk_reduce_kernel")
-def _matmul_splitk_reduce_kernel(ws, out32, out16, kind):
-    """out[z] = Σ_s ws[z, s] in split order (deterministic), in the output's dtype; grid
-    y walks the batch. Each thread writes one pair of columns (one packed 32-bit store for
-    16-bit outputs)."""
-    _, splits, m, n = ws.shape
-    z = int32(cuda.blockIdx.y)
-    half_n = (n + 1) // 2
-    i = int32(cuda.blockIdx.x) * int32(cuda.blockDim.x) + int32(cuda.threadIdx.x)
-    if i >= m * half_n:
-        return
-    r = i // half_n
-    c = (i % half_n) * 2
-    lo = float32(0.0)
-    hi = float32(0.0)
-    for s in range(splits):
-        lo += ws[z, s, r, c]
-        if c + 1 < n:
-            hi += ws[z, s, r, c + 1]
-    if kind == OUT_F32:
-        out32[z, r, c] = lo
-        if c + 1 < n:
-            out32[z, r, c + 1] = hi
-    else:
-        packed = cvt_rn_f16x2_f32(lo, hi) if kind == OUT_F16 else cvt_rn_bf16x2_f32(lo, hi)
-        out16[z, r, c] = uint16(packed & 0xFFFF)
-        if c + 1 < n:
-            out16[z, r, c + 1] = uint16(packed >> 16)
+def _variants():
+    """Every (operand, a_kmajor, b_kmajor, loads, tile) with a kernel: 16-bit operands ×
+    layout (NN, NT, TN; TT copies B) × loads × tile class (16-row tiles only with a K-major
+    A: helpers.mma_pipeline), and tf32 / tf32x3 with a K-major A (a transposed f32 A is
+    copied) × B either way."""
+    for operand in ("f16", "bf16", "tf32", "tf32x3"):
+        group = "tf32" if operand.startswith("tf32") else "16bit"
+        layouts = (((True, False), (True, True)) if group == "tf32"
+                   else ((True, False), (True, True), (False, False)))
+        for a_k, b_k in layouts:
+            for loads in ("sync", "async"):
+                for tile, geometry in TILES[(group, loads)].items():
+                    if a_k or geometry[0] >= 32:  # an M-major A tile: 64-byte rows
+                        yield operand, a_k, b_k, loads, tile
 
 
-# Every variant: 16-bit operands × layout (NN, NT, TN; TT copies B) × loads × tile class,
-# and tf32 / tf32x3 with a K-major A (a transposed f32 A is copied) × B either way.
-_KERNELS = {
-    **{(operand, a_k, b_k, loads, tile): _make_matmul_kernel(operand, a_k, b_k, loads, tile)
-       for operand in ("f16", "bf16")
-       for a_k, b_k in ((True, False), (True, True), (False, False))
-       for loads in ("sync", "async")
-       for tile in ("large", "small")},
-    **{(operand, True, b_k, loads, tile): _make_matmul_kernel(operand, True, b_k, loads, tile)
-       for operand in ("tf32", "tf32x3")
-       for b_k in (False, True)
-       for loads in ("sync", "async")
-       for tile in ("large", "small")},
-}
+_KERNELS = {v: _make_matmul_kernel(*v) for v in _variants()}
+# The tile classes each (operand, a_kmajor, b_kmajor, loads) can run, for _choose.
+_TILE_CHOICES: dict[tuple, dict] = {}
+for _v in _KERNELS:
+    _TILE_CHOICES.setdefault(_v[:4], {})[_v[4]] = TILES[
+        ("tf32" if _v[0].startswith("tf32") else "16bit", _v[3])][_v[4]]
+del _v
 
 # -- host entries ----------------------------------------------------------------------------
 
-_F32, _U16 = np.dtype(np.float32), np.dtype(np.uint16)
+_F32, _U16, _U32 = np.dtype(np.float32), np.dtype(np.uint16), np.dtype(np.uint32)
 _INPUT_DTYPES = (np.dtype(np.float16), bfloat16, _F32)
 _16BIT_OPERAND = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
 
@@ -302,16 +312,29 @@ def _aligned(x3: DeviceArray, ld: int) -> bool:
     return x3.ptr % 16 == 0 and (ld * x3.itemsize) % 16 == 0 and x3.strides[0] % 16 == 0
 
 
-def _choose(m: int, n: int, k: int, sms: int, tiles: dict, batch: int = 1):
-    """(tile class, splits, k per split) for ``batch`` M×N×K problems on ``sms`` SMs."""
-    bm, bn, bk = tiles["large"][:3]
-    if batch * math.ceil(m / bm) * math.ceil(n / bn) >= LARGE_MIN_BLOCKS_PER_SM * sms:
-        return "large", 1, k
-    bm, bn, bk = tiles["small"][:3]
-    blocks = batch * math.ceil(m / bm) * math.ceil(n / bn)
-    splits = max(1, min(math.ceil(SPLIT_TARGET_BLOCKS_PER_SM * sms / blocks), k // MIN_SPLIT_K))
-    k_chunk = math.ceil(math.ceil(k / splits) / bk) * bk
-    return "small", math.ceil(k / k_chunk), k_chunk
+def _choose(m: int, n: int, k: int, sms: int, tiles: dict, batch: int = 1,
+            tile: str | None = None, splits: int | None = None):
+    """(tile class, splits, k per split) for ``batch`` M×N×K problems on ``sms`` SMs: the
+    first decode tile of ``tiles`` whose BM covers M, else the large tile where it fills the
+    GPU, else the small one. ``tile``/``splits`` force either (tests, benchmarks)."""
+    if tile is None:
+        tile = next((t for t in DECODE_TILES if t in tiles and m <= tiles[t][0]), None)
+    if tile is None:
+        bm, bn = tiles["large"][:2]
+        large = batch * math.ceil(m / bm) * math.ceil(n / bn) >= LARGE_MIN_BLOCKS_PER_SM * sms
+        tile = "large" if large else "small"
+    bm, bn, bk = tiles[tile][:3]
+    if splits is None:
+        blocks = batch * math.ceil(m / bm) * math.ceil(n / bn)
+        if tile in DECODE_BLOCKS_PER_SM:  # rounded down: one wave of resident blocks
+            splits = DECODE_BLOCKS_PER_SM[tile] * sms // blocks
+        elif tile == "small":
+            splits = math.ceil(SPLIT_TARGET_BLOCKS_PER_SM * sms / blocks)
+        else:
+            splits = 1
+        splits = min(splits, k // MIN_SPLIT_K)
+    k_chunk = math.ceil(math.ceil(k / max(1, splits)) / bk) * bk
+    return tile, math.ceil(k / k_chunk), k_chunk
 
 
 def _result_shape(op: str, a: DeviceArray, b: DeviceArray):
@@ -363,6 +386,7 @@ _HOPPER_PLANS: dict[tuple, "matmul_hopper.LaunchPlan"] = {}
 HOPPER_PLAN_CACHE = 256
 
 
+@fast_path
 def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out=None,
                dtype=None, default_dtype=None, precision: str = DEFAULT_PRECISION,
                tile: str | None = None, splits: int | None = None,
@@ -440,6 +464,24 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
 
 def _launch_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits, sms):
     """The mma.sync kernels: the variant for the layouts, load pipeline and tile class."""
+    _run_mma(_plan_mma(op, p, operand, out3, kind, out_vec, loads, tile, splits, sms))
+
+
+class _MmaLaunch(NamedTuple):
+    """One mma.sync launch, all but the split-K workspace (:func:`_run_mma` gets it)."""
+
+    kernel: object  # the CompiledKernel
+    grid: tuple
+    threads: int
+    shared_bytes: int
+    args: tuple  # the kernel's arguments, ws and counters empty (_run_mma fills them in)
+    ws_bytes: int  # split-K partials (0: one split)
+    n_counters: int
+
+
+def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits,
+              sms) -> _MmaLaunch:
+    """Pick the variant, tile class and splits for ``p`` and lay out the arguments."""
     a, lda, a_kmajor, b, ldb, b_kmajor = p.a, p.lda, p.a_kmajor, p.b, p.ldb, p.b_kmajor
     if not a_kmajor and (b_kmajor or operand.startswith("tf32")):
         # No kernel reads this pair: TT (16-bit) makes B N-major, tf32 needs a K-major A.
@@ -450,31 +492,77 @@ def _launch_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, spli
     vec_ok = _aligned(a, lda) and _aligned(b, ldb)
     if loads != "sync" and not vec_ok:
         loads = "sync"
-    tiles = TILES[("tf32" if operand.startswith("tf32") else "16bit", loads)]
-    chosen_tile, n_splits, k_chunk = _choose(p.m, p.n, p.k, sms, tiles, p.batch)
-    tile = tile or chosen_tile
-    if splits is not None:
-        bk = tiles[tile][2]
-        k_chunk = math.ceil(math.ceil(p.k / splits) / bk) * bk
-        n_splits = math.ceil(p.k / k_chunk)
-    elif tile != chosen_tile:
-        n_splits, k_chunk = 1, p.k
+    tiles = _TILE_CHOICES[(operand, a_kmajor, b_kmajor, loads)]
+    if tile is not None and tile not in tiles:
+        fail(ValueError, op, "tile", f"one of {sorted(tiles)} for this layout and pipeline",
+             repr(tile))
+    tile, n_splits, k_chunk = _choose(p.m, p.n, p.k, sms, tiles, p.batch, tile, splits)
     kdef = _KERNELS[(operand, a_kmajor, b_kmajor, loads, tile)]
     bm, bn, _ = kdef.block_tile
     out32 = out3 if kind == OUT_F32 else out3._view((1, 0, 0), (4, 4, 4), dtype=_F32)
     out16 = (out3._view(out3.shape, out3.strides, dtype=_U16) if kind != OUT_F32
              else out3._view((1, 0, 0), (2, 2, 2), dtype=_U16))
-    ws = (empty((p.batch, n_splits, p.m, p.n), np.float32) if n_splits > 1
-          else out3._view((1, 1, 0, 0), (4, 4, 4, 4), dtype=_F32))
     grid = (math.ceil(p.n / bn), math.ceil(p.m / bm), p.batch * n_splits)
-    kdef[0](grid, (kdef.threads,),
-            (a, b, out32, out16, ws, p.m, p.n, p.k, lda, ldb, k_chunk, n_splits, kind,
-             int(vec_ok), int(out_vec)),
-            shared_mem=kdef.shared_bytes)
-    if n_splits > 1:
-        pairs = p.m * ((p.n + 1) // 2)
-        _matmul_splitk_reduce_kernel[0]((math.ceil(pairs / REDUCE_THREADS), p.batch),
-                                        (REDUCE_THREADS,), (ws, out32, out16, kind))
+    no_ws = (out3._view((0,), (4,), dtype=_F32), out3._view((0,), (4,), dtype=_U32))
+    args = (a, b, out32, out16) + no_ws + (p.m, p.n, p.k, lda, ldb, k_chunk, n_splits, kind,
+                                           int(vec_ok), int(out_vec))
+    tiles_out = grid[0] * grid[1] * p.batch
+    ws_bytes = tiles_out * n_splits * bm * bn * 4 if n_splits > 1 else 0
+    return _MmaLaunch(kdef[0], grid, kdef.threads, kdef.shared_bytes, args, ws_bytes,
+                      tiles_out if n_splits > 1 else 0)
+
+
+def _run_mma(plan: _MmaLaunch) -> None:
+    """Launch a planned mma.sync kernel on the current stream (with its workspace)."""
+    args = plan.args
+    if plan.ws_bytes:
+        args = args[:4] + workspace(_splitk_workspace, plan.ws_bytes, plan.n_counters) + \
+            args[6:]
+    plan.kernel(plan.grid, (plan.threads,), args, shared_mem=plan.shared_bytes)
+
+
+class _Workspace(NamedTuple):
+    partials: DeviceArray  # f32
+    counters: DeviceArray  # uint32, zero between launches
+    buffer: DeviceArray  # owns both
+
+
+# Split-K workspaces, one per (device, stream handle): kernels on one stream run one after
+# another, and each leaves its counters at 0, so the next reuses the memory without a memset.
+_WORKSPACES: dict[tuple, _Workspace] = {}
+
+
+def _splitk_workspace(nbytes_partials: int, n_counters: int):
+    """(f32 partials of at least ``nbytes_partials`` bytes, ``n_counters`` or more uint32
+    arrival counters, all zero) for a split-K launch on the current stream. Grows as
+    needed; a new buffer's counters are zeroed on the stream (the old buffer is freed in
+    stream order, after the launches queued on it)."""
+    stream = current_stream()
+    device = current_allocator()[1]
+    capturing = is_capturing(stream.handle)
+    ws = None if capturing else _WORKSPACES.get((device, stream.handle))
+    if ws is None or ws.partials.nbytes < nbytes_partials or ws.counters.size < n_counters:
+        if ws is not None:
+            nbytes_partials = max(nbytes_partials, ws.partials.nbytes)
+            n_counters = max(n_counters, ws.counters.size)
+        n_counters = -(-n_counters // 64) * 64  # 256-byte aligned partials
+        nbytes_partials = -(-nbytes_partials // 256) * 256
+        buffer = empty((4 * n_counters + nbytes_partials,), np.uint8)
+        _zero_u32(buffer.ptr, n_counters, stream.handle)
+        ws = _Workspace(buffer._view((nbytes_partials // 4,), (4,), 4 * n_counters, _F32),
+                        buffer._view((n_counters,), (4,), 0, _U32), buffer)
+        # Under capture the workspace is the graph's own (allocated and zeroed in it, freed
+        # when the call's views die): a cached one would be shared with eager calls.
+        if not capturing:
+            _WORKSPACES[(device, stream.handle)] = ws
+    return ws.partials, ws.counters
+
+
+def _zero_u32(ptr: int, count: int, stream_handle: int) -> None:
+    from cuda.bindings import driver
+
+    (err,) = driver.cuMemsetD32Async(ptr, 0, count, stream_handle)
+    check_driver(err, "matmul split-K workspace: cuMemsetD32Async")
 
 
 def _copy_transposed(x3: DeviceArray, kmajor: bool):

@@ -1,4 +1,5 @@
-"""Epilogues: write f32 accumulators to a 2-D f32 / f16 / bf16 output.
+"""Epilogues: write f32 accumulators to a 2-D f32 / f16 / bf16 output, and fold split-K
+partials into one tile (:func:`make_splitk_fold`).
 
 Two ways out. From a staged f32 C tile in shared memory (:func:`store_row_chunk8`):
 8 consecutive columns of one row per call, 16-byte coalesced stores, the output kind a
@@ -10,16 +11,24 @@ so a lane stores one packed pair per row: two halves in one 32-bit ``st.global.b
 when both columns exist and the pair is 4-byte aligned (N even), otherwise element by
 element. Rows and columns past (M, N) are skipped, so edge tiles need no other path.
 f16/bf16 outputs are uint16 arrays holding the bit patterns (round to nearest even).
+
+Split-K in one launch (:func:`make_splitk_fold`): every split of an output tile writes
+its f32 partial to a workspace, fences, and counts itself in at a per-tile arrival
+counter; the last to arrive sums all partials in split order (bit-identical run to run,
+whichever block comes last) into the staged tile, and resets the counter to 0 for the
+next launch.
 """
 
+import functools
 
-from numba import uint16
+from numba import cuda, float32, int32, int64, uint16, uint32
 
 from kaionb.ptx_patches import (
     cvt_rn_bf16x2_f32,
     cvt_rn_f16x2_f32,
     device_function,
     global_addr,
+    ld_global_v4_f32,
     st_global_b32,
     st_global_v4_f32,
     st_global_v4_u32,
@@ -105,3 +114,70 @@ def store_c_frag_f32(out, row0, col0, lane, d):
         c = col0 + 2 * t + i % 2
         if r < m and c < n:
             out[r, c] = d[i]
+
+
+@functools.lru_cache(maxsize=None)
+def make_splitk_fold(GROUP: int = 4):
+    """The split-K fold (module doc) loading GROUP partials before it adds any: GROUP L2
+    round trips in flight instead of one after another (the fold is on the kernel's
+    critical path, after the last k-tile). Each GROUP costs 4·GROUP registers: the kernel
+    picks what its register budget leaves room for (``kernels.matmul.FOLD_GROUP``)."""
+
+    @device_function
+    def splitk_fold(ws, counters, cs, tile, split, splits, rows, cols, BM, BN, CS, THREADS):
+        """Fold split ``split`` of ``splits`` of output tile ``tile`` (a BM×BN f32 tile
+        staged in shared memory ``cs``, row stride CS; ``rows``×``cols`` of it inside the
+        output) into the sum of all splits. Returns True in the block that arrived last,
+        with the sum in ``cs``; False in the others, which are done. Every thread calls it.
+
+        ``ws``: f32 workspace, the tile's partials at ``tile·splits·BM·BN``, split-major,
+        rows of BN; ``counters``: uint32, 0 at launch, one per tile (the last block resets
+        its tile's).
+        """
+        tid = int32(cuda.threadIdx.x)
+        base = int64(tile) * splits * (BM * BN)
+        # Units of 4 columns, only in rows the output has (M = 1: one row of the tile).
+        # The run-time bound keeps the loop rolled: unrolled, it cost the small tiles spills.
+        units = min(rows, BM) * (BN // 4)
+        for u in range(tid, units, THREADS):
+            r, c = u // (BN // 4), (u % (BN // 4)) * 4
+            if c < cols:
+                ci = r * CS + c
+                st_global_v4_f32(global_addr(ws, base + split * (BM * BN) + r * BN + c),
+                                 (cs[ci], cs[ci + 1], cs[ci + 2], cs[ci + 3]))
+        # Release: this block's partial is visible GPU-wide before its arrival is counted.
+        cuda.threadfence()
+        cuda.syncthreads()
+        last = int32(0)
+        if tid == 0:
+            arrived = cuda.atomic.add(counters, tile, uint32(1))
+            last = int32(arrived == uint32(splits - 1))
+            if last != 0:
+                counters[tile] = uint32(0)  # all splits are in: ready for the next launch
+        if cuda.syncthreads_or(last) == 0:
+            return False
+        cuda.threadfence()  # acquire: the other splits' partials, not stale copies
+        for u in range(tid, units, THREADS):
+            r, c = u // (BN // 4), (u % (BN // 4)) * 4
+            if c < cols:
+                at = base + r * BN + c
+                t0 = t1 = t2 = t3 = float32(0.0)
+                # Fixed split order, whichever block is last: the sum is the same bits.
+                for s0 in range(0, splits, GROUP):
+                    v = cuda.local.array((GROUP, 4), float32)
+                    for j in range(GROUP):
+                        if s0 + j < splits:
+                            x = ld_global_v4_f32(global_addr(ws, at + (s0 + j) * (BM * BN)))
+                            v[j, 0], v[j, 1], v[j, 2], v[j, 3] = x[0], x[1], x[2], x[3]
+                    for j in range(GROUP):
+                        if s0 + j < splits:
+                            t0 += v[j, 0]
+                            t1 += v[j, 1]
+                            t2 += v[j, 2]
+                            t3 += v[j, 3]
+                ci = r * CS + c
+                cs[ci], cs[ci + 1], cs[ci + 2], cs[ci + 3] = t0, t1, t2, t3
+        cuda.syncthreads()
+        return True
+
+    return splitk_fold

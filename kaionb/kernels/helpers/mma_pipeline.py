@@ -62,6 +62,7 @@ from .tiles import swizzle_128b
 KSTEP_BYTES = 32  # bytes of K one mma consumes, every operand type
 LINE = 128  # bytes of a swizzled line: a panel's width
 CHUNK = 16  # bytes a loader moves at once
+SWIZZLE_PERIOD = 1024  # bytes after which the 128-byte swizzle repeats (8 lines)
 
 
 class Operand(NamedTuple):
@@ -158,16 +159,26 @@ class MmaPipeline:
         A_CHUNKS, B_CHUNKS = A_BYTES // CHUNK // THREADS, B_BYTES // CHUNK // THREADS
         B_BASE = NBUF * A_BYTES  # B's ring follows A's
         # A thread's loader chunks are RSTEP storage rows apart: a multiple of the swizzle's
-        # period (8 lines), so chunk i sits S_STEP bytes after chunk 0 in the stage.
+        # period (1024 bytes of a panel), so chunk i sits S_STEP bytes after chunk 0.
         A_RSTEP, B_RSTEP = THREADS // (A_ROW_BYTES // CHUNK), THREADS // (B_ROW_BYTES // CHUNK)
         A_S_STEP, B_S_STEP = A_RSTEP * min(A_ROW_BYTES, LINE), B_RSTEP * min(B_ROW_BYTES, LINE)
-        if A_RSTEP % 8 or B_RSTEP % 8 or A_CHUNKS * CHUNK * THREADS != A_BYTES:
-            raise ValueError(f"mma_pipeline: tile {tile} does not fit the loaders")
+        for chunks, nbytes, rstep, s_step in ((A_CHUNKS, A_BYTES, A_RSTEP, A_S_STEP),
+                                              (B_CHUNKS, B_BYTES, B_RSTEP, B_S_STEP)):
+            if (chunks < 1 or chunks * CHUNK * THREADS != nbytes or rstep < 1
+                    or (chunks > 1 and s_step % SWIZZLE_PERIOD)):
+                raise ValueError(f"mma_pipeline: tile {tile} does not fit the loaders "
+                                 f"({THREADS} threads, {nbytes} bytes of a stage)")
         # A k-step inside a K-major tile flips byte bits 5-6 (below the swizzled line bits);
-        # in an M/N-major tile it moves 32/E whole rows, which the swizzle leaves in place.
+        # in an M/N-major tile it moves 32/E whole rows, which the swizzle leaves in place
+        # only if they span whole 1024-byte periods: rows of at least 64 bytes.
         KSTEP_ROWS = KSTEP_BYTES // E
         A_MN_KSTEP = KSTEP_ROWS * min(A_ROW_BYTES, LINE)
         B_MN_KSTEP = KSTEP_ROWS * min(B_ROW_BYTES, LINE)
+        if ((not a_kmajor and A_MN_KSTEP % SWIZZLE_PERIOD)
+                or (not b_kmajor and B_MN_KSTEP % SWIZZLE_PERIOD)):
+            raise ValueError(f"mma_pipeline: tile {tile} is too narrow for an M/N-major "
+                             f"{operand} operand: its tile rows (BM or BN elements) need at "
+                             f"least {SWIZZLE_PERIOD // KSTEP_ROWS} bytes")
         CS = BN + 8  # row stride of the staged C tile
         RING_BYTES = NBUF * (A_BYTES + B_BYTES)
         STAGED_BYTES = BM * CS * 4
@@ -177,6 +188,12 @@ class MmaPipeline:
         ACC = op.accumulator
         B_SCALAR = E == 4 and not b_kmajor  # tf32 N-major B: 32-bit loads, no ldmatrix
         B_OFFSETS = 2 * NT if B_SCALAR else NP  # per-lane fragment offsets of B
+        # Warp tiles of whole m16 rows (MT = 1 is a 16-row warp tile) and, for ldmatrix.x4
+        # B loads, pairs of n8 tiles.
+        if (BM % (16 * WARPS_M) or BN % (WARPS_N * (8 if B_SCALAR else 16))
+                or (BK * E) % KSTEP_BYTES):
+            raise ValueError(f"mma_pipeline: tile {tile} does not split into m16 x n16 warp "
+                             f"tiles and {KSTEP_BYTES}-byte k-steps")
         ALO_SHAPE, BLO_SHAPE = ((MT, 4), (NT, 2)) if PASSES == 3 else ((1, 1), (1, 1))
         a_lane_rc = ldmatrix_x4_row_col if a_kmajor else ldmatrix_x4_b_row_col
         b_lane_rc = ldmatrix_x4_row_col if not b_kmajor else ldmatrix_x4_b_row_col
