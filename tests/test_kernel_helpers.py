@@ -101,7 +101,7 @@ def test_mma_pipeline_geometry():
     assert pipe.SHARED_BYTES == 4 * (16 * 64 + 64 * 64) * 2
     mma_pipeline("bf16", True, True, "async", (16, 64, 64, 1, 4, 4))
     mma_pipeline("f16", False, False, "async", (32, 64, 64, 1, 4, 4))  # 64-byte A rows
-    with pytest.raises(ValueError, match="too narrow for an M/N-major operand"):
+    with pytest.raises(ValueError, match="too narrow for an M/N-major f16 operand"):
         mma_pipeline("f16", False, False, "async", (16, 64, 64, 1, 4, 4))  # 32-byte rows
     with pytest.raises(ValueError, match="does not fit the loaders"):
         # 128 chunks of A per stage for 256 threads
