@@ -422,6 +422,8 @@ def test_forced_tiles_and_splits_fold(tile, splits, layout, mma_launches):
     for m in (1, 16, 37):
         if tile == "decode16" and (layout == "tn" or m > 16):
             continue
+        if tile.startswith("decode") and layout == "tn" and m % 8:
+            continue  # an M-major A of unaligned rows runs the sync pipeline: no decode tiles
         check_matmul(_mma_fwd(tile=tile, splits=splits), m, 1000, 2056, bfloat16, layout,
                      out_dtype=F16)
         assert mma_launches[-1].grid[2] == splits

@@ -96,7 +96,9 @@ MIN_SPLIT_K = 256
 # this many blocks per SM (one wave of resident blocks: no tail wave, and each split's
 # partial costs BM×BN×4 bytes of L2 traffic twice).
 DECODE_TILES = ("decode16", "decode64")
-DECODE_BLOCKS_PER_SM = {"decode16": 4, "decode64": 2}
+# Measured on the H100 at 4096² (benchmarks/decode_matmul_sweep.py, B from HBM): 4
+# splits beat 8 for M = 1, 16 (0.86-0.89 vs 0.83-0.85 of cuBLAS) and 64 (0.54 vs 0.46).
+DECODE_BLOCKS_PER_SM = {"decode16": 2, "decode64": 1}
 # Split-K fold: partials each thread loads at once (helpers.epilogue.make_splitk_fold). The
 # decode tiles' registers leave room for 8 (one round trip for 8 splits); 4 or more spilled
 # the 255-register large sync tile on sm_80 (4 bytes), 8 the small TN-sync / tf32 tiles on
