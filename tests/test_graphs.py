@@ -39,6 +39,14 @@ def _decode_ref(x, w):
     return matmul.matmul_ref(act, w["down"])
 
 
+def _step_inputs(seed):
+    """(host weights, device weights, input x, f32 output y) for one decode step."""
+    rng = np.random.default_rng(seed)
+    wh, w = _weights(rng)
+    x = kaionb.asarray(random_array((4, HIDDEN), F16, rng=rng))
+    return rng, wh, w, x, kaionb.empty((4, HIDDEN), np.float32)
+
+
 def _write(dst, host):
     copy_convert(kaionb.asarray(host), dst)
 
@@ -87,10 +95,7 @@ def test_kaionb_graph_keeps_its_inputs_alive():
 
 def test_torch_cuda_graph_captures_kaionb_ops():
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(2)
-    wh, w = _weights(rng)
-    x = kaionb.asarray(random_array((4, HIDDEN), F16, rng=rng))
-    y = kaionb.empty((4, HIDDEN), np.float32)
+    rng, wh, w, x, y = _step_inputs(2)
     side = torch.cuda.Stream()
     with torch.cuda.stream(side), kaionb.stream(side):  # warm-up, as torch asks
         _decode_step(x, w, out=y)
@@ -106,10 +111,7 @@ def test_torch_cuda_graph_captures_kaionb_ops():
 
 def test_cupy_stream_capture_captures_kaionb_ops():
     cp = pytest.importorskip("cupy")
-    rng = np.random.default_rng(3)
-    wh, w = _weights(rng)
-    x = kaionb.asarray(random_array((4, HIDDEN), F16, rng=rng))
-    y = kaionb.empty((4, HIDDEN), np.float32)
+    rng, wh, w, x, y = _step_inputs(3)
     s = cp.cuda.Stream(non_blocking=True)
     with s:
         s.begin_capture()

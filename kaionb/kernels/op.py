@@ -197,9 +197,23 @@ def fast_path(fwd):
 def _signature(fwd, args, kwargs, arrays):
     """The call's signature as a hashable tuple, its DeviceArrays appended to ``arrays``
     in order; None when an argument has no signature (not an array or a plain value).
-    (Arrays and strings inline: this runs on every call.)"""
+    Keyword names go in as one tuple, their values after the positional ones."""
     key = [fwd]
-    for value in args:
+    if kwargs:
+        key.append(tuple(kwargs))
+        args = (*args, *kwargs.values())
+    return tuple(key) if _add(args, key, arrays) else None
+
+
+def _layout(a) -> tuple:
+    """What the host path reads of an array: never changes for one DeviceArray."""
+    return (a.shape, a.strides, a.dtype, a.ptr & 15, a.device_id)
+
+
+def _add(values, key, arrays) -> bool:
+    """Append each value's part of the signature to ``key``; False for a value that has
+    none. (Runs on every call: arrays and strings first.)"""
+    for value in values:
         kind = type(value)
         if kind is DeviceArray:
             layout = value._layout
@@ -209,35 +223,14 @@ def _signature(fwd, args, kwargs, arrays):
             arrays.append(value)
         elif kind is str or value is None:
             key.append(value)
-        elif not _add(value, key, arrays):
-            return None
-    for name, value in kwargs.items():
-        key.append(name)
-        if not _add(value, key, arrays):
-            return None
-    return tuple(key)
-
-
-def _layout(a) -> tuple:
-    """What the host path reads of an array: never changes for one DeviceArray."""
-    return (a.shape, a.strides, a.dtype, a.ptr & 15, a.device_id)
-
-
-def _add(value, key, arrays) -> bool:
-    kind = type(value)
-    if kind is DeviceArray:
-        layout = value._layout
-        if layout is None:
-            layout = value._layout = _layout(value)
-        key.append(layout)
-        arrays.append(value)
-    elif kind in _SCALARS or isinstance(value, (np.dtype, np.generic)):
-        key.append((kind, value))
-    elif kind is tuple:
-        key.append(len(value))
-        return all(_add(v, key, arrays) for v in value)
-    else:
-        return False
+        elif kind in _SCALARS or isinstance(value, (np.dtype, np.generic)):
+            key.append((kind, value))  # 1, 1.0 and True are equal: keep their types apart
+        elif kind is tuple:
+            key.append(len(value))
+            if not _add(value, key, arrays):
+                return False
+        else:
+            return False
     return True
 
 
@@ -281,7 +274,6 @@ class _Recording:
         self.bases = list(arrays)
         self.steps = []
         self.reason = None  # why the call cannot be replayed, when it cannot
-        self.aliased = _overlapping(self.bases)
 
     def unrecordable(self, what: str) -> None:
         self.reason = self.reason or what
@@ -332,7 +324,7 @@ class _Recording:
 
     def replay(self, result):
         """The replay of this call returning ``result``'s arrays, or None."""
-        if self.reason is not None or self.aliased or _overlapping(self.bases):
+        if self.reason is not None or _overlapping(self.bases):
             return None
         if type(result) is tuple:
             indices = tuple(self._index(r) for r in result)
