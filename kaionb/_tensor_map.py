@@ -1,4 +1,4 @@
-"""TMA tensor maps for 2-D 16-bit matrices: encoded on the host, kept in device memory.
+"""TMA tensor maps for 2-D matrices of 1- or 2-byte elements: encoded on the host, kept in device memory.
 
 A Hopper bulk tensor copy (``cp.async.bulk.tensor``) names its source through a 128-byte
 ``CUtensorMap`` (base address, sizes, row stride, box size, swizzle). CUDA C passes it as
@@ -24,9 +24,10 @@ import numpy as np
 
 from ._device import Stream, check_driver, current_stream, is_capturing, stream
 
-# Elements of a box's inner dimension: one 128-byte line of 16-bit elements, the width of
-# the 128-byte swizzle (the layout wgmma reads).
-BOX_INNER = 64
+# A box's inner dimension: one 128-byte line, the width of the 128-byte swizzle (the
+# layout wgmma reads): 64 16-bit elements, 128 int8 ones.
+LINE_BYTES = 128
+BOX_INNER = LINE_BYTES // 2  # of a 16-bit matrix
 CACHE_SIZE = 512
 
 _CACHE: dict[tuple, object] = {}
@@ -36,18 +37,22 @@ _SIDE = threading.local()  # the upload stream used while the current stream cap
 
 
 def tma_compatible(storage, ld: int) -> bool:
-    """Whether a row-major 16-bit matrix with ``ld`` elements per row can be a TMA
-    source: 16-byte aligned base and row stride (the tensor map's requirements)."""
-    return storage.ptr % 16 == 0 and (ld * 2) % 16 == 0 and ld * 2 < 2**40
+    """Whether a row-major matrix of 1- or 2-byte elements with ``ld`` elements per row
+    can be a TMA source: 16-byte aligned base and row stride (the tensor map's
+    requirements)."""
+    row_bytes = ld * storage.itemsize
+    return storage.ptr % 16 == 0 and row_bytes % 16 == 0 and row_bytes < 2**40
 
 
 def tensor_map_2d(storage, ld: int, box_rows: int):
-    """A tensor map over the row-major 16-bit matrix ``storage`` (rows × cols, ``ld``
-    elements a row), in device memory (a DeviceArray: pass ``.ptr`` to the kernel, and keep
-    the array while a launch may read it): boxes of ``box_rows`` rows × 64 columns, the
-    128-byte swizzle, zeros for elements past the matrix (so edge tiles need no code)."""
+    """A tensor map over the row-major matrix ``storage`` (rows × cols, ``ld`` elements a
+    row, 1- or 2-byte elements), in device memory (a DeviceArray: pass ``.ptr`` to the
+    kernel, and keep the array while a launch may read it): boxes of ``box_rows`` rows ×
+    one 128-byte line, the 128-byte swizzle, zeros for elements past the matrix (so edge
+    tiles need no code)."""
     rows, cols = storage.shape
-    key = (storage.device, storage.ptr, rows, cols, ld, box_rows)
+    size = storage.itemsize
+    key = (storage.device, storage.ptr, rows, cols, ld, box_rows, size)
     capturing = is_capturing(current_stream().handle)
     held = _CACHE.get(key)  # a dict read is atomic: the hit path takes no lock
     if held is None:
@@ -55,7 +60,7 @@ def tensor_map_2d(storage, ld: int, box_rows: int):
     if held is not None and not capturing:
         return held
     if held is None:
-        held = _encode(storage.ptr, rows, cols, ld, box_rows, capturing)
+        held = _encode(storage.ptr, rows, cols, ld, box_rows, size, capturing)
     if capturing:
         _CAPTURED[key] = held
         return held
@@ -66,25 +71,29 @@ def tensor_map_2d(storage, ld: int, box_rows: int):
     return held
 
 
-def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int, capturing: bool):
+def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int, size: int,
+            capturing: bool):
     from cuda.bindings import driver
 
     from .array import asarray
 
+    kinds = driver.CUtensorMapDataType
+    element = kinds.CU_TENSOR_MAP_DATA_TYPE_UINT16 if size == 2 else kinds.CU_TENSOR_MAP_DATA_TYPE_UINT8
     err, tensor_map = driver.cuTensorMapEncodeTiled(
-        driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+        element,
         2,
         ptr,
         [driver.cuuint64_t(cols), driver.cuuint64_t(rows)],
-        [driver.cuuint64_t(ld * 2)],
-        [driver.cuuint32_t(BOX_INNER), driver.cuuint32_t(box_rows)],
+        [driver.cuuint64_t(ld * size)],
+        [driver.cuuint32_t(LINE_BYTES // size), driver.cuuint32_t(box_rows)],
         [driver.cuuint32_t(1), driver.cuuint32_t(1)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     )
-    check_driver(err, f"cuTensorMapEncodeTiled({rows}x{cols}, ld={ld}, box={box_rows}x64)")
+    check_driver(err, f"cuTensorMapEncodeTiled({rows}x{cols}, ld={ld}, box={box_rows}x"
+                      f"{LINE_BYTES // size}, {size}-byte elements)")
     # asarray copies and waits: the map is in place before any kernel launched after this
     # returns.
     words = np.array(tensor_map.opaque, dtype=np.uint64).view(np.uint32)

@@ -161,7 +161,10 @@ def test_every_variant_is_registered():
     names = {k.name for k in mm._KERNELS.values()}
     # 16-bit, per dtype: sync 3 layouts × 2 tiles; async 3 layouts × (large, small,
     # decode64) + 2 K-major-A layouts × decode16. tf32(x3): 2 × 2 layouts × 2 loads × 2.
-    assert len(names) == len(mm._KERNELS) == 2 * (3 * 2 + 3 * 3 + 2) + 2 * 2 * 2 * 2
+    # s8: the K-major pair only, sync × 2 tiles + async × 4.
+    assert len(names) == len(mm._KERNELS) == 2 * (3 * 2 + 3 * 3 + 2) + 2 * 2 * 2 * 2 + 6
+    assert set(mm._TILE_CHOICES[("s8", True, True, "async")]) == {"large", "small", "decode16",
+                                                                  "decode64"}
     # 16-row tiles only where A is K-major (an M-major A tile needs 64-byte rows).
     assert "decode16" in mm._TILE_CHOICES[("f16", True, True, "async")]
     assert "decode16" not in mm._TILE_CHOICES[("f16", False, False, "async")]
@@ -309,7 +312,10 @@ def test_wgmma_plan_cache_host_logic(monkeypatch):
 
 
 def test_wgmma_kernels_registered():
-    assert len(mh._KERNELS) == 2 * 4 * len(mh.TILES)
+    # f16 and bf16 in all four layouts; s8 K-major only.
+    assert len(mh._KERNELS) == (2 * 4 + 1) * len(mh.TILES)
+    assert {key[1:3] for key in mh._KERNELS if key[0] == "s8"} == {(True, True)}
+    assert mh.geometry("s8", "wide")[2] == 2 * mh.geometry("f16", "wide")[2]
     assert all(k.arch_specific and k.check_archs() == {(9, 0, "a"): "sm_90a"}
                for k in mh._KERNELS.values())
 

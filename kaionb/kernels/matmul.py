@@ -54,7 +54,7 @@ from ..validation import (
 )
 from . import matmul_hopper
 from .helpers import OUT_BF16, OUT_F16, OUT_F32, chunk_coords, store_row_chunk8
-from .helpers.epilogue import make_splitk_fold
+from .helpers.epilogue import SCALE_NONE, dequantize_row_chunk8, make_splitk_fold
 from .helpers.mma_pipeline import mma_pipeline
 from .launch import kernel
 from .op import fast_path, workspace
@@ -70,6 +70,7 @@ from .op import fast_path, workspace
 #   128×128: its next tile in registers (48) on top of a 64×64 warp tile's 192 spills.
 # small: 64×64, 4 warps of 32×32, for grids that large tiles leave under one wave and
 #   for the split-K decode shapes.
+# s8 (int8 W8A8, :mod:`.matmul_int8`): the 16-bit tiles' bytes, BK doubled in elements.
 # tf32 (4-byte operands): the same warp tiles with BK halved (128-byte K-major rows); the
 #   small tile keeps 2 stages (3 spilled 4-16 bytes on sm_89 / sm_90a, ptxas -v);
 #   tf32x3's split fragments double the operand registers, so its large tile is 128×128.
@@ -80,6 +81,10 @@ from .op import fast_path, workspace
 #   3 × 16 KB in 96 KB (2 per SM). Little's law wants ~30-40 KB per SM at ~1.5 µs of
 #   loaded latency. 16-row tiles need a K-major A (the k-step swizzle, helpers).
 TILES = {
+    ("s8", "async"): {"large": (128, 256, 128, 2, 4, 4), "small": (64, 64, 64, 2, 2, 4),
+                      "decode16": (16, 64, 128, 1, 4, 4),
+                      "decode64": (64, 128, 128, 2, 4, 4)},
+    ("s8", "sync"): {"large": (128, 128, 128, 2, 4, 3), "small": (64, 64, 64, 2, 2, 4)},
     ("16bit", "async"): {"large": (128, 256, 64, 2, 4, 4), "small": (64, 64, 32, 2, 2, 4),
                          "decode16": (16, 64, 64, 1, 4, 4), "decode64": (64, 128, 64, 2, 4, 4)},
     ("16bit", "sync"): {"large": (128, 128, 64, 2, 4, 3), "small": (64, 64, 32, 2, 2, 4)},
@@ -106,6 +111,8 @@ DECODE_BLOCKS_PER_SM = {"decode16": 2, "decode64": 1}
 FOLD_GROUP = {"decode16": 8, "decode64": 8, "large": 2}
 # Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
+# The tile group of each mma.sync operand type.
+_GROUP = {"f16": "16bit", "bf16": "16bit", "tf32": "tf32", "tf32x3": "tf32", "s8": "s8"}
 # float32 inputs: "highest" runs tf32x3 (float32 accuracy), "tf32" one tf32 pass.
 PRECISIONS = {"highest": "tf32x3", "tf32": "tf32"}
 DEFAULT_PRECISION = "highest"
@@ -126,12 +133,17 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
     M, N, K, lda, ldb, k_chunk (K per split, a multiple of BK), splits, kind
     vec_ok   the storage rows are 16-byte aligned: whole chunks load as 128 bits (sync)
     out_vec  the output rows are 16-byte aligned: 128-bit stores
+    alpha, scale_a, sa_mode, scale_b, sb_mode, bias, has_bias   s8 only (else
+             :data:`NO_DEQUANT`-like empty arguments): the integer sums become
+             ``alpha · scale_a[row] · scale_b[col] · acc + bias[col]``
+             (``helpers.epilogue.dequantize_row_chunk8``; f32 arrays, SCALE_* modes)
 
     Grid: (N tiles, M tiles, batch × splits).
     """
-    group = "tf32" if operand.startswith("tf32") else "16bit"
-    block_tile = TILES[(group, loads)][tile]
+    block_tile = TILES[(_GROUP[operand], loads)][tile]
     pipe = mma_pipeline(operand, a_kmajor, b_kmajor, loads, block_tile)
+    ACC = pipe.accumulator
+    INTEGER = operand == "s8"
     BM, BN = block_tile[0], block_tile[1]
     THREADS, MT, NT, CS = pipe.THREADS, pipe.MT, pipe.NT, pipe.CS
     CHUNKS = BM * BN // 8  # 8-column chunks of the output tile
@@ -140,19 +152,21 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
     fold = make_splitk_fold(FOLD_GROUP.get(tile, 4))
     signature = (f"void({storage}[:, :, :], {storage}[:, :, :], float32[:, :, ::1], "
                  "uint16[:, :, ::1], float32[::1], uint32[::1], int32, int32, int32, int32, "
-                 "int32, int32, int32, int32, int32, int32)")
+                 "int32, int32, int32, int32, int32, int32, float32, float32[::1], int32, "
+                 "float32[::1], int32, float32[::1], int32)")
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
 
     @kernel([signature], name=f"_matmul_fwd_kernel_{operand}_{layout}_{loads}_{tile}",
             max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
     def _matmul_fwd_kernel(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits,
-                           kind, vec_ok, out_vec):
+                           kind, vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode,
+                           bias, has_bias):
         smem = cuda.shared.array(0, uint8)
-        acc = cuda.local.array((MT, NT, 4), float32)  # [m16 tile][n8 tile][C fragment]
+        acc = cuda.local.array((MT, NT, 4), ACC)  # [m16 tile][n8 tile][C fragment]
         for i in range(MT):
             for j in range(NT):
                 for e in range(4):
-                    acc[i, j, e] = float32(0.0)
+                    acc[i, j, e] = ACC(0)
         m0 = int32(cuda.blockIdx.y) * BM
         n0 = int32(cuda.blockIdx.x) * BN
         bz = int32(cuda.blockIdx.z) // splits
@@ -161,8 +175,9 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
         mainloop(smem, a, b, bz, lda, ldb, m0, n0, k_begin, min(K, k_begin + k_chunk), M,
                  N, vec_ok, acc)
 
-        # Epilogue through shared memory: accumulators -> an f32 C tile, then each thread
-        # writes whole 8-column chunks: coalesced 16-byte global stores.
+        # Epilogue through shared memory: accumulators -> an f32 C tile (s8: the integer
+        # sums as f32, scaled per chunk below), then each thread writes whole 8-column
+        # chunks: coalesced 16-byte global stores.
         cuda.syncthreads()
         cs = cuda.shared.array(0, float32)
         stage_accumulators(cs, acc)
@@ -177,6 +192,9 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
         for q in range((CHUNKS + THREADS - 1) // THREADS):
             if tid + q * THREADS < CHUNKS:
                 r, c = chunk_coords(tid + q * THREADS, BN)
+                if INTEGER:
+                    dequantize_row_chunk8(cs, r * CS + c, m0 + r, n0 + c, M, N, alpha, scale_a,
+                                          sa_mode, scale_b, sb_mode, bias, has_bias)
                 store_row_chunk8(out32[bz], out16[bz], kind, m0 + r, n0 + c, M, N, out_vec,
                                  cs, r * CS + c)
 
@@ -189,12 +207,12 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
 def _variants():
     """Every (operand, a_kmajor, b_kmajor, loads, tile) with a kernel: 16-bit operands ×
     layout (NN, NT, TN; TT copies B) × loads × tile class (16-row tiles only with a K-major
-    A: helpers.mma_pipeline), and tf32 / tf32x3 with a K-major A (a transposed f32 A is
-    copied) × B either way."""
-    for operand in ("f16", "bf16", "tf32", "tf32x3"):
-        group = "tf32" if operand.startswith("tf32") else "16bit"
-        layouts = (((True, False), (True, True)) if group == "tf32"
-                   else ((True, False), (True, True), (False, False)))
+    A: helpers.mma_pipeline), tf32 / tf32x3 with a K-major A (a transposed f32 A is
+    copied) × B either way, and s8 with both K-major (others are copied)."""
+    for operand in ("f16", "bf16", "tf32", "tf32x3", "s8"):
+        group = _GROUP[operand]
+        layouts = {"tf32": ((True, False), (True, True)), "s8": ((True, True),),
+                   "16bit": ((True, False), (True, True), (False, False))}[group]
         for a_k, b_k in layouts:
             for loads in ("sync", "async"):
                 for tile, geometry in TILES[(group, loads)].items():
@@ -206,8 +224,7 @@ _KERNELS = {v: _make_matmul_kernel(*v) for v in _variants()}
 # The tile classes each (operand, a_kmajor, b_kmajor, loads) can run, for _choose.
 _TILE_CHOICES: dict[tuple, dict] = {}
 for _v in _KERNELS:
-    _TILE_CHOICES.setdefault(_v[:4], {})[_v[4]] = TILES[
-        ("tf32" if _v[0].startswith("tf32") else "16bit", _v[3])][_v[4]]
+    _TILE_CHOICES.setdefault(_v[:4], {})[_v[4]] = TILES[(_GROUP[_v[0]], _v[3])][_v[4]]
 del _v
 
 # -- host entries ----------------------------------------------------------------------------
@@ -464,9 +481,10 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
     return out
 
 
-def _launch_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits, sms):
+def _launch_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits, sms,
+                dequant=None):
     """The mma.sync kernels: the variant for the layouts, load pipeline and tile class."""
-    _run_mma(_plan_mma(op, p, operand, out3, kind, out_vec, loads, tile, splits, sms))
+    _run_mma(_plan_mma(op, p, operand, out3, kind, out_vec, loads, tile, splits, sms, dequant))
 
 
 class _MmaLaunch(NamedTuple):
@@ -481,11 +499,18 @@ class _MmaLaunch(NamedTuple):
     n_counters: int
 
 
-def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits,
-              sms) -> _MmaLaunch:
-    """Pick the variant, tile class and splits for ``p`` and lay out the arguments."""
+def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits, sms,
+              dequant=None) -> _MmaLaunch:
+    """Pick the variant, tile class and splits for ``p`` and lay out the arguments.
+    ``dequant``: the s8 kernels' (alpha, scale_a, sa_mode, scale_b, sb_mode, bias,
+    has_bias) (kernel doc)."""
     a, lda, a_kmajor, b, ldb, b_kmajor = p.a, p.lda, p.a_kmajor, p.b, p.ldb, p.b_kmajor
-    if not a_kmajor and (b_kmajor or operand.startswith("tf32")):
+    if operand == "s8":  # both K-major: no transposing ldmatrix for 8-bit tiles
+        if not a_kmajor:
+            a, lda, a_kmajor = _copy_transposed(a, a_kmajor)
+        if not b_kmajor:
+            b, ldb, b_kmajor = _copy_transposed(b, b_kmajor)
+    elif not a_kmajor and (b_kmajor or operand.startswith("tf32")):
         # No kernel reads this pair: TT (16-bit) makes B N-major, tf32 needs a K-major A.
         if operand.startswith("tf32"):
             a, lda, a_kmajor = _copy_transposed(a, a_kmajor)
@@ -505,9 +530,12 @@ def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits
     out16 = (out3._view(out3.shape, out3.strides, dtype=_U16) if kind != OUT_F32
              else out3._view((1, 0, 0), (2, 2, 2), dtype=_U16))
     grid = (math.ceil(p.n / bn), math.ceil(p.m / bm), p.batch * n_splits)
-    no_ws = (out3._view((0,), (4,), dtype=_F32), out3._view((0,), (4,), dtype=_U32))
+    nothing = out3._view((0,), (4,), dtype=_F32)  # an argument no launch reads
+    no_ws = (nothing, out3._view((0,), (4,), dtype=_U32))
+    if dequant is None:
+        dequant = (1.0, nothing, SCALE_NONE, nothing, SCALE_NONE, nothing, 0)
     args = (a, b, out32, out16) + no_ws + (p.m, p.n, p.k, lda, ldb, k_chunk, n_splits, kind,
-                                           int(vec_ok), int(out_vec))
+                                           int(vec_ok), int(out_vec)) + tuple(dequant)
     tiles_out = grid[0] * grid[1] * p.batch
     ws_bytes = tiles_out * n_splits * bm * bn * 4 if n_splits > 1 else 0
     return _MmaLaunch(kdef[0], grid, kdef.threads, kdef.shared_bytes, args, ws_bytes,

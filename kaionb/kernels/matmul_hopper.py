@@ -28,23 +28,28 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from numba import cuda, int32, uint8
+from numba import cuda, float32, int32, int64, uint8, uint32, uint64
 
 from .._tensor_map import tensor_map_2d
 from ..ptx_patches import (
     accumulator_zeros,
+    accumulator_zeros_s32,
     cluster_arrive,
     cluster_wait,
     cp_async_bulk_wait_group,
+    device_function,
+    ld_global_nc_f32,
     setmaxnreg_dec,
     setmaxnreg_inc,
     shared_addr,
 )
 from .helpers import OUT_F32
-from .helpers.wgmma_pipeline import CLUSTER, CLUSTER_M, THREADS, wgmma_pipeline
+from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR
+from .helpers.wgmma_pipeline import CLUSTER, CLUSTER_M, ELEMENT_BYTES, THREADS, wgmma_pipeline
 from .launch import kernel
 
-# Tile classes: (BM, BN, BK, STAGES). wide: 128×256, the two consumer warpgroups each
+# Tile classes: (BM, BN, BK, STAGES), BK for 16-bit operands (s8: twice as many elements,
+# the same 128-byte line; :func:`geometry`). wide: 128×256, the two consumer warpgroups each
 # 64×256 (m64n256k16, 128 f32 accumulators per thread), 4 stages of 48 KB; narrow:
 # 128×128 (m64n128k16), 6 stages of 32 KB, for grids the wide tile leaves under one wave.
 TILES = {
@@ -60,17 +65,33 @@ CONSUMER_REGISTERS = 224
 WIDE_MIN_BLOCKS_PER_SM = 0.9
 NARROW_MIN_BLOCKS_PER_SM = 0.45
 
-_SIGNATURE = "void(uint64, uint64, uint64, uint64, int32, int32, int32, int32)"
+
+
+def geometry(dtype: str, tile: str) -> tuple:
+    """(BM, BN, BK, STAGES) of ``tile`` for operands ``dtype``: BK spans one 128-byte line."""
+    bm, bn, bk, stages = TILES[tile]
+    return bm, bn, bk * 2 // ELEMENT_BYTES[dtype], stages
+
+
+_SIGNATURE = ("void(uint64, uint64, uint64, uint64, int32, int32, int32, int32, float32, "
+              "uint64, int32, uint64, int32, uint64, int32)")
+# The dequantization arguments of a float kernel (ignored): alpha, no scales, no bias.
+NO_DEQUANT = (1.0, 0, SCALE_NONE, 0, SCALE_NONE, 0, 0)
 
 
 def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: str):
     """One variant, built from :func:`helpers.wgmma_pipeline.wgmma_pipeline`. Arguments:
     the device addresses of A's, B's and C's tensor maps (C's only for 16-bit outputs,
-    else 0), the output's address, M, N, K and ``kind`` (OUT_F32 / OUT_F16 / OUT_BF16).
+    else 0), the output's address, M, N, K and ``kind`` (OUT_F32 / OUT_F16 / OUT_BF16);
+    then, read by the s8 variants only (else :data:`NO_DEQUANT`), the dequantization
+    ``C = alpha · sa[row] · sb[col] · acc + bias[col]``: alpha, the addresses and modes
+    (``helpers.epilogue.SCALE_*``) of the f32 row and column scales, the f32 bias's
+    address and whether there is one.
     The output is row-major M×N with rows of whole 16-byte chunks (N % 8 == 0, 16-byte
     aligned base): f32 pairs are stored straight from registers, 16-bit tiles through TMA."""
-    pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, TILES[tile])
+    pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, geometry(dtype, tile))
     ACC = pipe.ACC
+    INTEGER, dequantize = pipe.integer, pipe.dequantize
     layout, init_barriers, schedule, origin = (pipe.layout, pipe.init_barriers, pipe.schedule,
                                                pipe.origin)
     produce, descriptors, consume_tile = pipe.produce, pipe.descriptors, pipe.consume_tile
@@ -80,7 +101,8 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
 
     @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0),
             max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
-    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out, M, N, K, kind):
+    def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out, M, N, K, kind, alpha, scale_a,
+                                 sa_mode, scale_b, sb_mode, bias, has_bias):
         smem = cuda.shared.array(0, uint8)
         ring, full, empty = layout(int32(shared_addr(smem, 0)))
         tid = int32(cuda.threadIdx.x)
@@ -105,34 +127,61 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
             col = 2 * (lane % 4)
             issuer = tid % 128 == 0  # issues this consumer's TMA stores
             stage_buffer, stage_row, stage_xor = staging(ring, consumer, row, col)
-            acc = accumulator_zeros(ACC)
+            acc = accumulator_zeros_s32(ACC) if INTEGER else accumulator_zeros(ACC)
             step = int32(0)
             for t in range(first_tile, cluster_tiles, clusters):
                 m0, n0 = origin(t, tiles_m, tiles_n, rank)
                 acc, step = consume_tile(a_desc, b_desc, full, empty, step, n_ktiles, acc)
                 # Epilogue (the ring is already refilling for the next tile).
+                if INTEGER:
+                    r0 = m0 + row
+                    col_step = uint64(4 if sb_mode > SCALE_TENSOR else 0)
+                    first_col = uint64(n0 + col)
+                    result = dequantize(
+                        acc, row_scale(scale_a, sa_mode, r0, M, alpha),
+                        row_scale(scale_a, sa_mode, r0 + 8, M, alpha),
+                        scale_b + first_col * col_step, col_step, uint32(sb_mode != SCALE_NONE),
+                        bias + first_col * uint64(4), uint32(has_bias), N - (n0 + col))
+                    # The next tile's first wgmma ignores acc: a fresh zero tuple ends the
+                    # s32 registers' lives here (else they and the f32 result both stay
+                    # live through the stores: 256 registers, spills).
+                    acc = accumulator_zeros_s32(ACC)
+                else:
+                    result = acc
                 if kind == OUT_F32:
-                    store_direct(out, m0, n0, row, col, M, N, acc)
+                    store_direct(out, m0, n0, row, col, M, N, result)
                 else:
                     store_staged(tmap_c, kind, m0, n0, consumer, stage_buffer, stage_row,
-                                 stage_xor, issuer, acc)
+                                 stage_xor, issuer, result)
             if issuer:
                 cp_async_bulk_wait_group(0)
         # No CTA leaves while another may still arrive on its barriers.
         cluster_arrive()
         cluster_wait()
 
-    _matmul_wgmma_fwd_kernel.block_tile = TILES[tile][:3]
+    _matmul_wgmma_fwd_kernel.block_tile = geometry(dtype, tile)[:3]
     return _matmul_wgmma_fwd_kernel
 
 
-# Every variant: dtype × layout (NN, NT, TN, TT) × tile class.
+@device_function
+def row_scale(scale_a, sa_mode, r, M, alpha):
+    """alpha times row ``r``'s scale (mode SCALE_NONE: 1, SCALE_TENSOR: the one at
+    ``scale_a``, else ``scale_a[r]``; rows past M read nothing)."""
+    if sa_mode == SCALE_NONE:
+        return float32(alpha)
+    at = 0 if sa_mode == SCALE_TENSOR else min(r, M - 1)
+    return float32(alpha) * ld_global_nc_f32(scale_a + uint64(int64(at) * 4))
+
+
+# Every variant: dtype × layout (NN, NT, TN, TT) × tile class; s8 (W8A8) reads K-major
+# tiles only.
 _KERNELS = {
     (dtype, a_k, b_k, tile): _make_matmul_wgmma_kernel(dtype, a_k, b_k, tile)
-    for dtype in ("f16", "bf16")
+    for dtype in ("f16", "bf16", "s8")
     for a_k in (True, False)
     for b_k in (False, True)
     for tile in TILES
+    if dtype != "s8" or (a_k and b_k)
 }
 
 
@@ -162,14 +211,16 @@ class LaunchPlan(NamedTuple):
 
 
 def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_kmajor: bool,
-           out, m: int, n: int, k: int, kind: int, shape: tuple | None = None) -> LaunchPlan:
+           out, m: int, n: int, k: int, kind: int, shape: tuple | None = None,
+           dequant: tuple = NO_DEQUANT) -> LaunchPlan:
     """Launch the variant for storage matrices ``sa`` (A: M×K K-major or K×M) and ``sb``
     (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and a
     row-major M×N output ``out`` of ``kind`` whose rows are whole 16-byte chunks. The grid
     is persistent: as many clusters as fit on the GPU at once, or fewer where there are
     fewer cluster tiles. Returns the plan, which :func:`run` launches again for another
-    output of ``shape`` (default (m, n)): any C-contiguous array of m·n elements."""
-    bm, bn, bk, _ = TILES[tile]
+    output of ``shape`` (default (m, n)): any C-contiguous array of m·n elements.
+    ``dequant``: the s8 kernels' scale and bias arguments (kernel doc)."""
+    bm, bn, bk, _ = geometry(dtype, tile)
     compiled = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)][0]
     shared = compiled.kdef.max_dynamic_shared_bytes
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
@@ -178,11 +229,11 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     clusters = min(cluster_tiles, compiled.max_active_clusters(CLUSTER, THREADS, shared))
     plan = LaunchPlan(compiled, shared, clusters * CLUSTER_M, tmap_a, tmap_b, m, n, k,
                       (m, n) if shape is None else tuple(shape))
-    run(plan, out, kind)
+    run(plan, out, kind, dequant)
     return plan
 
 
-def run(plan: LaunchPlan, out, kind: int) -> None:
+def run(plan: LaunchPlan, out, kind: int, dequant: tuple = NO_DEQUANT) -> None:
     """Launch ``plan`` writing ``out`` (M×N, kind, rows whole 16-byte chunks)."""
     if kind == OUT_F32:
         tmap_c = 0
@@ -191,4 +242,4 @@ def run(plan: LaunchPlan, out, kind: int) -> None:
                                64).ptr
     plan.compiled((plan.grid,), THREADS,
                   (plan.tmap_a.ptr, plan.tmap_b.ptr, tmap_c, out.ptr, plan.m, plan.n, plan.k,
-                   kind), shared_mem=plan.shared, cluster=CLUSTER)
+                   kind) + dequant, shared_mem=plan.shared, cluster=CLUSTER)

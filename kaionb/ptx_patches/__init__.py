@@ -29,7 +29,11 @@ from ._factory import (
     ptx_instruction,
     target_cc,
 )
-from .accumulator_store import st_global_accumulator, st_shared_accumulator_swizzled
+from .accumulator_store import (
+    dequantize_accumulator_s32,
+    st_global_accumulator,
+    st_shared_accumulator_swizzled,
+)
 from .bulk_copy import (
     cp_async_bulk_commit_group,
     cp_async_bulk_global_to_shared,
@@ -85,6 +89,7 @@ from .ldmatrix import (
 )
 from .memory import (
     global_addr,
+    ld_global_nc_f32,
     ld_global_nc_v4_f32,
     ld_global_nc_v4_u32,
     ld_global_v4_f32,
@@ -115,6 +120,7 @@ from .mma import (
 from .sync import bar_sync_threads, setmaxnreg_dec, setmaxnreg_inc
 from .wgmma import (
     accumulator_zeros,
+    accumulator_zeros_s32,
     make_smem_desc,
     wgmma_commit_group,
     wgmma_fence,
@@ -124,6 +130,8 @@ from .wgmma import (
     wgmma_m64n128k16_f32_f16,
     wgmma_m64n256k16_f32_bf16,
     wgmma_m64n256k16_f32_f16,
+    wgmma_m64n128k32_s32_s8,
+    wgmma_m64n256k32_s32_s8,
     wgmma_wait_group,
 )
 

@@ -8,7 +8,8 @@ These are procedures, not single instructions: each factory call returns one int
 whose PTX is a straight-line sequence of ``cvt`` and ``st`` instructions, generated for
 one accumulator width N (and output type), that writes (part of) an m64nN f32 wgmma
 accumulator in the register layout :mod:`.wgmma` describes, taking the whole tuple as
-its operands. The epilogues of :mod:`kaionb.kernels.matmul_hopper` are built from them;
+its operands; :func:`dequantize_accumulator_s32` turns an s32 (int8) accumulator into
+that f32 one first. The epilogues of :mod:`kaionb.kernels.matmul_hopper` are built from them;
 they live in the instruction layer because nothing outside ``kaionb.ptx_patches`` writes
 PTX text. Plain ``st`` and ``cvt.rn.{f16,bf16}x2.f32``: no arch gate (sm_80 and newer).
 """
@@ -86,4 +87,51 @@ def st_global_accumulator(n: int, kind: str):
         instruction="st.global.v2.f32" if kind == "f32" else "st.global.b32",
         doc=f"Store an m64n{n} f32 accumulator to global memory as {kind}, predicated by "
         "row and column (see :func:`st_global_accumulator`).",
+    )
+
+
+def dequantize_accumulator_s32(n: int):
+    """The instruction that turns an m64nN s32 wgmma accumulator into f32, scaled and
+    biased per element: ``out = f32(acc) · row_scale · col_scale + bias`` (the W8A8
+    epilogue: per-token and per-channel scales), in the f32 accumulator layout the
+    stores above take. ``(acc, row_scale0: f32, row_scale8: f32, col_scale: u64,
+    col_step: u64, has_col_scale: u32, bias: u64, has_bias: u32, cols_left: i32) -> f32
+    acc``: ``row_scale0`` / ``row_scale8`` are the scales of this thread's two rows
+    (``16·warp + lane/4`` and 8 below); ``col_scale`` addresses the f32 scale of its first
+    column (``2·(lane%4)``), the next columns ``col_step`` bytes on (4: one per column, 0:
+    one for all; 1.0 where ``has_col_scale`` is 0); ``bias`` addresses that column's f32
+    bias (0 where ``has_bias`` is 0). Columns at or past ``cols_left`` load nothing (their
+    outputs are never stored)."""
+    count = n // 2
+    sa0, sa8, cs, step, has_cs, bias, has_bias, left = (f"${2 * count + i}" for i in range(8))
+    lines = ["{ .reg .pred c0, c1, hs, hb, p; .reg .f32 s0, s1, b0, b1, f; .reg .b64 a;",
+             f"setp.ne.b32 hs, {has_cs}, 0;", f"setp.ne.b32 hb, {has_bias}, 0;"]
+    for j in range(n // 8):
+        lines += [f"setp.gt.s32 c0, {left}, {8 * j};",
+                  f"setp.gt.s32 c1, {left}, {8 * j + 1};",
+                  "mov.f32 s0, 0f3F800000;", "mov.f32 s1, 0f3F800000;",
+                  "mov.f32 b0, 0f00000000;", "mov.f32 b1, 0f00000000;",
+                  f"mad.lo.u64 a, {step}, {8 * j}, {cs};",
+                  "and.pred p, c0, hs;", "@p ld.global.nc.f32 s0, [a];",
+                  f"add.u64 a, a, {step};",
+                  "and.pred p, c1, hs;", "@p ld.global.nc.f32 s1, [a];",
+                  "and.pred p, c0, hb;", f"@p ld.global.nc.f32 b0, [{bias}+{32 * j}];",
+                  "and.pred p, c1, hb;", f"@p ld.global.nc.f32 b1, [{bias}+{32 * j + 4}];"]
+        # Elements 4j, 4j+1: row 0, columns 8j + 2t and + 1; 4j+2, 4j+3: row 8.
+        for e, row_scale, col_scale, b in ((0, sa0, "s0", "b0"), (1, sa0, "s1", "b1"),
+                                           (2, sa8, "s0", "b0"), (3, sa8, "s1", "b1")):
+            lines += [f"cvt.rn.f32.s32 f, ${count + 4 * j + e};",
+                      f"mul.f32 f, f, {row_scale};",
+                      f"fma.rn.f32 ${4 * j + e}, f, {col_scale}, {b};"]
+    lines.append("}")
+    return ptx_instruction(
+        f"dequantize_accumulator_s32_n{n}",
+        "\n".join(lines),
+        outputs=types.UniTuple(types.float32, count),
+        inputs=(types.UniTuple(types.int32, count), types.float32, types.float32,
+                types.uint64, types.uint64, types.uint32, types.uint64, types.uint32,
+                types.int32),
+        instruction="cvt.rn.f32.s32",
+        doc=f"Scale an m64n{n} s32 accumulator to f32 with per-row and per-column scales "
+        "and a bias (see :func:`dequantize_accumulator_s32`).",
     )

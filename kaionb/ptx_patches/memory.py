@@ -122,6 +122,14 @@ ld_global_nc_v4_f32 = ptx_instruction(
     doc="``ld.global.nc.v4.f32``: read-only path. (address: u64) -> 4×f32.",
 )
 
+ld_global_nc_f32 = ptx_instruction(
+    "ld_global_nc_f32",
+    "ld.global.nc.f32 $0, [$1];",
+    outputs=types.float32,
+    inputs=(types.uint64,),
+    doc="``ld.global.nc.f32``: read-only path. (address: u64) -> f32.",
+)
+
 st_global_v4_u32 = ptx_instruction(
     "st_global_v4_u32",
     "st.global.v4.u32 [$0], {$1, $2, $3, $4};",

@@ -55,12 +55,42 @@ def _wgmma(n: int, ab: str):
     )
 
 
+def _wgmma_s8(n: int):
+    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8"
+    count = n // 2
+    acc = ", ".join(f"${i}" for i in range(count))
+    # As _wgmma; integer wgmma has no transpose (both tiles K-major) and no negation
+    # immediates, so the two trans operands are accepted and unused (one call shape
+    # for every operand type).
+    template = (
+        f"{{ .reg .pred p; setp.ne.b32 p, ${count + 2}, 0;\n"
+        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, p; }}"
+    )
+    acc_type = types.UniTuple(types.int32, count)
+    return ptx_instruction(
+        f"wgmma_m64n{n}k32_s32_s8",
+        template,
+        outputs=acc_type,
+        inputs=(types.uint64, types.uint64, types.uint32, IMM, IMM, acc_type),
+        tied=5,
+        side_effect=True,
+        memory=True,
+        arch=SM90A,
+        instruction=ptx,
+        doc=f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, trans_a: const 0, "
+        f"trans_b: const 0, acc: {count}×s32) -> acc. Both tiles K-major; wrapping s32 "
+        f"accumulation; scale_d = 0 ignores acc.",
+    )
+
+
 wgmma_m64n64k16_f32_f16 = _wgmma(64, "f16")
 wgmma_m64n128k16_f32_f16 = _wgmma(128, "f16")
 wgmma_m64n256k16_f32_f16 = _wgmma(256, "f16")
 wgmma_m64n64k16_f32_bf16 = _wgmma(64, "bf16")
 wgmma_m64n128k16_f32_bf16 = _wgmma(128, "bf16")
 wgmma_m64n256k16_f32_bf16 = _wgmma(256, "bf16")
+wgmma_m64n128k32_s32_s8 = _wgmma_s8(128)
+wgmma_m64n256k32_s32_s8 = _wgmma_s8(256)
 
 wgmma_fence = ptx_instruction(
     "wgmma_fence",
@@ -120,16 +150,18 @@ def make_smem_desc(saddr, leading_bytes, stride_bytes, swizzle_bytes):
     return desc
 
 
-def _accumulator_zeros_typer(typingctx, n):
-    if not isinstance(n, types.IntegerLiteral):
-        return None
-    acc_type = types.UniTuple(types.float32, n.literal_value)
+def _zeros_typer(element, llvm_zero):
+    def typer(typingctx, n):
+        if not isinstance(n, types.IntegerLiteral):
+            return None
+        acc_type = types.UniTuple(element, n.literal_value)
 
-    def codegen(context, builder, sig, args):
-        zero = ir.Constant(ir.FloatType(), 0.0)
-        return context.make_tuple(builder, acc_type, [zero] * n.literal_value)
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, acc_type, [llvm_zero] * n.literal_value)
 
-    return acc_type(n), codegen
+        return acc_type(n), codegen
+
+    return typer
 
 
 if config.ENABLE_CUDASIM:
@@ -138,9 +170,15 @@ if config.ENABLE_CUDASIM:
         """A tuple of ``n`` float32 zeros."""
         return (0.0,) * n
 
+    def accumulator_zeros_s32(n):
+        """A tuple of ``n`` int32 zeros."""
+        return (0,) * n
+
 else:
-    accumulator_zeros = intrinsic(_accumulator_zeros_typer)
+    accumulator_zeros = intrinsic(_zeros_typer(types.float32, ir.Constant(ir.FloatType(), 0.0)))
     accumulator_zeros.__doc__ = (
         "A tuple of ``n`` (a constant) float32 zeros: the initial wgmma accumulator "
         "(numba-cuda cannot multiply tuples in a kernel). No PTX."
     )
+    accumulator_zeros_s32 = intrinsic(_zeros_typer(types.int32, ir.Constant(ir.IntType(32), 0)))
+    accumulator_zeros_s32.__doc__ = "As :func:`accumulator_zeros` for an s32 accumulator."

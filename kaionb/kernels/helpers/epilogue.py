@@ -1,5 +1,6 @@
-"""Epilogues: write f32 accumulators to a 2-D f32 / f16 / bf16 output, and fold split-K
-partials into one tile (:func:`make_splitk_fold`).
+"""Epilogues: write f32 accumulators to a 2-D f32 / f16 / bf16 output, scale integer
+sums into f32 (:func:`dequantize_row_chunk8`), and fold split-K partials into one tile
+(:func:`make_splitk_fold`).
 
 Two ways out. From a staged f32 C tile in shared memory (:func:`store_row_chunk8`):
 8 consecutive columns of one row per call, 16-byte coalesced stores, the output kind a
@@ -36,6 +37,37 @@ from kaionb.ptx_patches import (
 
 # The output kind of a staged-tile epilogue.
 OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
+# How a quantized matmul's row or column scale is given: none (1), one value for the
+# tensor (element 0), or one per row / column.
+SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR = 0, 1, 2
+
+
+@device_function
+def dequantize_row_chunk8(cs, ci, row, col, M, N, alpha, scale_a, sa_mode, scale_b, sb_mode,
+                          bias, has_bias):
+    """In place: ``cs[ci:ci+8]`` (row ``row``, columns col..col+7 of an M×N result, f32
+    integer sums staged in shared memory) times ``alpha · scale_a[row] · scale_b[col]``,
+    plus ``bias[col]`` where ``has_bias`` (the W8A8 epilogue; scales by mode,
+    ``SCALE_*``, f32 arrays). Columns past N and rows past M are left alone (never
+    stored). Call it on the chunk the same thread stores next: no barrier between."""
+    if row >= M:
+        return
+    s = float32(alpha)
+    if sa_mode == SCALE_TENSOR:
+        s *= scale_a[0]
+    elif sa_mode == SCALE_VECTOR:
+        s *= scale_a[row]
+    for e in range(8):
+        c = col + e
+        if c < N:
+            v = cs[ci + e] * s
+            if sb_mode == SCALE_TENSOR:
+                v *= scale_b[0]
+            elif sb_mode == SCALE_VECTOR:
+                v *= scale_b[c]
+            if has_bias != 0:
+                v += bias[c]
+            cs[ci + e] = v
 
 
 @device_function

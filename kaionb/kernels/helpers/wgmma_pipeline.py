@@ -26,8 +26,10 @@ of GROUP_ROWS cluster rows so a wave's A and B panels stay in L2):
                overlap the next tile's loads) or :meth:`store_direct` (f32 straight from
                registers, whole 32-byte sectors). Both clip at M and N.
 
-Geometry: a k-step is 32 bytes of K (k16 of 16-bit operands); a stage is BK elements of K =
-one 128-byte swizzled line per row. A (M×K) is read K-major or M-major, B (K×N) N-major or
+Geometry: a k-step is 32 bytes of K (k16 of 16-bit operands, k32 of s8); a stage is BK
+elements of K = one 128-byte swizzled line per row. s8 accumulates in s32;
+``dequantize`` scales the accumulator into f32 (per-row and per-column scales, a bias)
+before the same stores. A (M×K) is read K-major or M-major, B (K×N) N-major or
 K-major: the M/N-major tiles through wgmma's transpose bits (16-bit operands only). The
 tensor maps (:mod:`kaionb._tensor_map`) live in global memory and are passed by address:
 numba cannot declare a ``__grid_constant__`` parameter.
@@ -51,6 +53,7 @@ from kaionb.ptx_patches import (
     cp_async_bulk_tensor_2d_shared_to_global,
     cp_async_bulk_wait_group,
     cp_async_bulk_wait_group_read,
+    dequantize_accumulator_s32,
     device_function,
     fence_mbarrier_init_cluster,
     fence_proxy_async_shared,
@@ -68,6 +71,8 @@ from kaionb.ptx_patches import (
     wgmma_m64n128k16_f32_f16,
     wgmma_m64n256k16_f32_bf16,
     wgmma_m64n256k16_f32_f16,
+    wgmma_m64n128k32_s32_s8,
+    wgmma_m64n256k32_s32_s8,
     wgmma_wait_group,
 )
 
@@ -88,14 +93,17 @@ ATOM = 8 * LINE  # the 128-byte swizzle's period: 8 rows, 1024 bytes
 KSTEP_BYTES = 32  # bytes of K one wgmma consumes
 CONSUMER_BARRIER = 1  # the named barrier of the consumer warpgroups
 
-# (operand, N) -> the m64nNk16 instruction with f32 accumulators.
+# (operand, N) -> the m64nN instruction of one 32-byte k-step: k16 with f32 accumulators
+# for 16-bit operands, k32 with s32 accumulators for s8.
 WGMMA = {
     ("f16", 128): wgmma_m64n128k16_f32_f16,
     ("f16", 256): wgmma_m64n256k16_f32_f16,
     ("bf16", 128): wgmma_m64n128k16_f32_bf16,
     ("bf16", 256): wgmma_m64n256k16_f32_bf16,
+    ("s8", 128): wgmma_m64n128k32_s32_s8,
+    ("s8", 256): wgmma_m64n256k32_s32_s8,
 }
-ELEMENT_BYTES = {"f16": 2, "bf16": 2}
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "s8": 1}
 
 
 class Tile(NamedTuple):
@@ -144,8 +152,10 @@ class WgmmaPipeline:
     def __init__(self, operand: str, a_kmajor: bool, b_kmajor: bool, tile: Tile):
         BM, BN, BK, STAGES = tile
         E = ELEMENT_BYTES[operand]
-        if BK * E != LINE or BOX_INNER * 2 != LINE:
+        if BK * E != LINE:
             raise ValueError(f"wgmma_pipeline: BK must be one {LINE}-byte swizzled line")
+        if E == 1 and not (a_kmajor and b_kmajor):
+            raise ValueError("wgmma_pipeline: s8 wgmma reads K-major tiles only")
         A_BYTES, B_BYTES = BM * BK * E, BN * BK * E
         STAGE_BYTES = A_BYTES + B_BYTES
         BOX_BYTES = BK * LINE  # an M/N-major box: 64 M/N × BK rows of K
@@ -340,6 +350,9 @@ class WgmmaPipeline:
 
         self.tile = tile
         self.ACC, self.SHARED_BYTES = ACC, SHARED_BYTES
+        # s8: the s32 accumulator's scale-and-bias step into f32, before either store.
+        self.integer = E == 1
+        self.dequantize = dequantize_accumulator_s32(BN) if E == 1 else None
         self.layout, self.init_barriers, self.schedule = layout, init_barriers, schedule
         self.origin, self.produce, self.descriptors = origin, produce, descriptors
         self.consume_tile, self.store_direct = consume_tile, store_direct
@@ -347,6 +360,6 @@ class WgmmaPipeline:
 
 
 def wgmma_pipeline(operand: str, a_kmajor: bool, b_kmajor: bool, tile) -> WgmmaPipeline:
-    """The pipeline parts for ``operand`` ("f16", "bf16"), the operands' layouts and
-    ``tile`` (BM, BN, BK, STAGES)."""
+    """The pipeline parts for ``operand`` ("f16", "bf16", "s8": K-major only), the
+    operands' layouts and ``tile`` (BM, BN, BK, STAGES)."""
     return WgmmaPipeline(operand, a_kmajor, b_kmajor, Tile(*tile))
