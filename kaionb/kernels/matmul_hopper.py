@@ -91,7 +91,7 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     aligned base): f32 pairs are stored straight from registers, 16-bit tiles through TMA."""
     pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, geometry(dtype, tile))
     ACC = pipe.ACC
-    INTEGER, dequantize = pipe.integer, pipe.dequantize
+    INTEGER, store_scaled = pipe.integer, pipe.store_scaled
     layout, init_barriers, schedule, origin = (pipe.layout, pipe.init_barriers, pipe.schedule,
                                                pipe.origin)
     produce, descriptors, consume_tile = pipe.produce, pipe.descriptors, pipe.consume_tile
@@ -132,27 +132,23 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
             for t in range(first_tile, cluster_tiles, clusters):
                 m0, n0 = origin(t, tiles_m, tiles_n, rank)
                 acc, step = consume_tile(a_desc, b_desc, full, empty, step, n_ktiles, acc)
-                # Epilogue (the ring is already refilling for the next tile).
+                # Epilogue (the ring is already refilling for the next tile). s8 stores
+                # every kind from registers, scaling on the way (one pass over acc).
                 if INTEGER:
                     r0 = m0 + row
                     col_step = uint64(4 if sb_mode > SCALE_TENSOR else 0)
                     first_col = uint64(n0 + col)
-                    result = dequantize(
-                        acc, row_scale(scale_a, sa_mode, r0, M, alpha),
-                        row_scale(scale_a, sa_mode, r0 + 8, M, alpha),
-                        scale_b + first_col * col_step, col_step, uint32(sb_mode != SCALE_NONE),
-                        bias + first_col * uint64(4), uint32(has_bias), N - (n0 + col))
-                    # The next tile's first wgmma ignores acc: a fresh zero tuple ends the
-                    # s32 registers' lives here (else they and the f32 result both stay
-                    # live through the stores: 256 registers, spills).
-                    acc = accumulator_zeros_s32(ACC)
-                else:
-                    result = acc
-                if kind == OUT_F32:
-                    store_direct(out, m0, n0, row, col, M, N, result)
+                    store_scaled(out, kind, m0, n0, row, col, M, N, acc,
+                                 row_scale(scale_a, sa_mode, r0, M, alpha),
+                                 row_scale(scale_a, sa_mode, r0 + 8, M, alpha),
+                                 scale_b + first_col * col_step, col_step,
+                                 uint32(sb_mode != SCALE_NONE), bias + first_col * uint64(4),
+                                 uint32(has_bias))
+                elif kind == OUT_F32:
+                    store_direct(out, m0, n0, row, col, M, N, acc)
                 else:
                     store_staged(tmap_c, kind, m0, n0, consumer, stage_buffer, stage_row,
-                                 stage_xor, issuer, result)
+                                 stage_xor, issuer, acc)
             if issuer:
                 cp_async_bulk_wait_group(0)
         # No CTA leaves while another may still arrive on its barriers.

@@ -30,8 +30,8 @@ from ._factory import (
     target_cc,
 )
 from .accumulator_store import (
-    dequantize_accumulator_s32,
     st_global_accumulator,
+    st_global_accumulator_s32_scaled,
     st_shared_accumulator_swizzled,
 )
 from .bulk_copy import (

@@ -8,8 +8,8 @@ These are procedures, not single instructions: each factory call returns one int
 whose PTX is a straight-line sequence of ``cvt`` and ``st`` instructions, generated for
 one accumulator width N (and output type), that writes (part of) an m64nN f32 wgmma
 accumulator in the register layout :mod:`.wgmma` describes, taking the whole tuple as
-its operands; :func:`dequantize_accumulator_s32` turns an s32 (int8) accumulator into
-that f32 one first. The epilogues of :mod:`kaionb.kernels.matmul_hopper` are built from them;
+its operands; :func:`st_global_accumulator_s32_scaled` stores an s32 (int8)
+accumulator scaled into f32. The epilogues of :mod:`kaionb.kernels.matmul_hopper` are built from them;
 they live in the instruction layer because nothing outside ``kaionb.ptx_patches`` writes
 PTX text. Plain ``st`` and ``cvt.rn.{f16,bf16}x2.f32``: no arch gate (sm_80 and newer).
 """
@@ -53,6 +53,23 @@ def st_shared_accumulator_swizzled(n: int, kind: str, part: int = 0, parts: int 
     )
 
 
+def _store_pairs(kind: str, j: int, v0: str, v1: str, v2: str, v3: str) -> list:
+    """PTX storing pair j of a thread's accumulator — f32 values v0, v1 (row 0) and v2, v3
+    (row 8) — at byte ``8·j·width`` past the row addresses $0 / $1, in ``kind``, where
+    predicate ``c`` (the column exists) and the row's flag (r0 / r8) hold."""
+    width = 4 if kind == "f32" else 2  # bytes per element
+    off = 8 * width * j
+    lines = []
+    for base, pred, lo, hi in (("$0", "r0", v0, v1), ("$1", "r8", v2, v3)):
+        lines.append(f"and.pred p, c, {pred};")
+        if kind == "f32":
+            lines.append(f"@p st.global.v2.f32 [{base}+{off}], {{{lo}, {hi}}};")
+        else:
+            lines.append(f"cvt.rn.{kind}x2.f32 h, {hi}, {lo};")
+            lines.append(f"@p st.global.b32 [{base}+{off}], h;")
+    return lines
+
+
 def st_global_accumulator(n: int, kind: str):
     """The instruction that stores an m64nN f32 wgmma accumulator straight to a row-major
     global output, in ``kind`` ("f32", "f16" or "bf16", round to nearest even):
@@ -62,20 +79,11 @@ def st_global_accumulator(n: int, kind: str):
     ``8j < cols_left`` and its row's flag is set — the output's columns must come in
     aligned pairs (even N, 8-byte-aligned f32 / 4-byte-aligned 16-bit rows)."""
     count = n // 2
-    width = 4 if kind == "f32" else 2  # bytes per element
     lines = ["{ .reg .pred r0, r8, c, p; .reg .b32 h;",
              "setp.ne.b32 r0, $2, 0;", "setp.ne.b32 r8, $3, 0;"]
     for j in range(n // 8):
-        off = 8 * width * j
         lines.append(f"setp.gt.s32 c, $4, {8 * j};")
-        for base, pred, lo, hi in (("$0", "r0", 4 * j + 5, 4 * j + 6),
-                                   ("$1", "r8", 4 * j + 7, 4 * j + 8)):
-            lines.append(f"and.pred p, c, {pred};")
-            if kind == "f32":
-                lines.append(f"@p st.global.v2.f32 [{base}+{off}], {{${lo}, ${hi}}};")
-            else:
-                lines.append(f"cvt.rn.{kind}x2.f32 h, ${hi}, ${lo};")
-                lines.append(f"@p st.global.b32 [{base}+{off}], h;")
+        lines += _store_pairs(kind, j, *(f"${4 * j + 5 + e}" for e in range(4)))
     lines.append("}")
     return ptx_instruction(
         f"st_global_accumulator_n{n}_{kind}",
@@ -90,48 +98,53 @@ def st_global_accumulator(n: int, kind: str):
     )
 
 
-def dequantize_accumulator_s32(n: int):
-    """The instruction that turns an m64nN s32 wgmma accumulator into f32, scaled and
-    biased per element: ``out = f32(acc) · row_scale · col_scale + bias`` (the W8A8
-    epilogue: per-token and per-channel scales), in the f32 accumulator layout the
-    stores above take. ``(acc, row_scale0: f32, row_scale8: f32, col_scale: u64,
-    col_step: u64, has_col_scale: u32, bias: u64, has_bias: u32, cols_left: i32) -> f32
-    acc``: ``row_scale0`` / ``row_scale8`` are the scales of this thread's two rows
-    (``16·warp + lane/4`` and 8 below); ``col_scale`` addresses the f32 scale of its first
+
+def st_global_accumulator_s32_scaled(n: int, kind: str):
+    """As :func:`st_global_accumulator` for an m64nN **s32** accumulator (int8 wgmma),
+    scaled into f32 on the way: ``f32(acc) · row_scale · col_scale + bias`` (the W8A8
+    epilogue: per-token and per-channel scales), then stored in ``kind``. Fused so the
+    f32 values never exist as a second accumulator (128 more registers). ``(addr0, addr8,
+    row0_ok, row8_ok, cols_left, acc: s32 tuple, row_scale0: f32, row_scale8: f32,
+    col_scale: u64, col_step: u64, has_col_scale: u32, bias: u64, has_bias: u32)``: the
+    first five as for :func:`st_global_accumulator`; ``row_scale0`` / ``row_scale8``
+    scale this thread's two rows; ``col_scale`` addresses the f32 scale of its first
     column (``2·(lane%4)``), the next columns ``col_step`` bytes on (4: one per column, 0:
     one for all; 1.0 where ``has_col_scale`` is 0); ``bias`` addresses that column's f32
-    bias (0 where ``has_bias`` is 0). Columns at or past ``cols_left`` load nothing (their
-    outputs are never stored)."""
+    bias (0 where ``has_bias`` is 0). Columns at or past ``cols_left`` load nothing."""
     count = n // 2
-    sa0, sa8, cs, step, has_cs, bias, has_bias, left = (f"${2 * count + i}" for i in range(8))
-    lines = ["{ .reg .pred c0, c1, hs, hb, p; .reg .f32 s0, s1, b0, b1, f; .reg .b64 a;",
+    sa0, sa8, cs, step, has_cs, bias, has_bias = (f"${5 + count + i}" for i in range(7))
+    lines = ["{ .reg .pred r0, r8, c, c1, hs, hb, p; .reg .b32 h;",
+             ".reg .f32 s0, s1, b0, b1, v0, v1, v2, v3; .reg .b64 a;",
+             "setp.ne.b32 r0, $2, 0;", "setp.ne.b32 r8, $3, 0;",
              f"setp.ne.b32 hs, {has_cs}, 0;", f"setp.ne.b32 hb, {has_bias}, 0;"]
     for j in range(n // 8):
-        lines += [f"setp.gt.s32 c0, {left}, {8 * j};",
-                  f"setp.gt.s32 c1, {left}, {8 * j + 1};",
+        lines += [f"setp.gt.s32 c, $4, {8 * j};",
+                  f"setp.gt.s32 c1, $4, {8 * j + 1};",
                   "mov.f32 s0, 0f3F800000;", "mov.f32 s1, 0f3F800000;",
                   "mov.f32 b0, 0f00000000;", "mov.f32 b1, 0f00000000;",
                   f"mad.lo.u64 a, {step}, {8 * j}, {cs};",
-                  "and.pred p, c0, hs;", "@p ld.global.nc.f32 s0, [a];",
+                  "and.pred p, c, hs;", "@p ld.global.nc.f32 s0, [a];",
                   f"add.u64 a, a, {step};",
                   "and.pred p, c1, hs;", "@p ld.global.nc.f32 s1, [a];",
-                  "and.pred p, c0, hb;", f"@p ld.global.nc.f32 b0, [{bias}+{32 * j}];",
+                  "and.pred p, c, hb;", f"@p ld.global.nc.f32 b0, [{bias}+{32 * j}];",
                   "and.pred p, c1, hb;", f"@p ld.global.nc.f32 b1, [{bias}+{32 * j + 4}];"]
         # Elements 4j, 4j+1: row 0, columns 8j + 2t and + 1; 4j+2, 4j+3: row 8.
         for e, row_scale, col_scale, b in ((0, sa0, "s0", "b0"), (1, sa0, "s1", "b1"),
                                            (2, sa8, "s0", "b0"), (3, sa8, "s1", "b1")):
-            lines += [f"cvt.rn.f32.s32 f, ${count + 4 * j + e};",
-                      f"mul.f32 f, f, {row_scale};",
-                      f"fma.rn.f32 ${4 * j + e}, f, {col_scale}, {b};"]
+            lines += [f"cvt.rn.f32.s32 v{e}, ${5 + 4 * j + e};",
+                      f"mul.f32 v{e}, v{e}, {row_scale};",
+                      f"fma.rn.f32 v{e}, v{e}, {col_scale}, {b};"]
+        lines += _store_pairs(kind, j, "v0", "v1", "v2", "v3")
     lines.append("}")
     return ptx_instruction(
-        f"dequantize_accumulator_s32_n{n}",
+        f"st_global_accumulator_s32_scaled_n{n}_{kind}",
         "\n".join(lines),
-        outputs=types.UniTuple(types.float32, count),
-        inputs=(types.UniTuple(types.int32, count), types.float32, types.float32,
-                types.uint64, types.uint64, types.uint32, types.uint64, types.uint32,
-                types.int32),
-        instruction="cvt.rn.f32.s32",
-        doc=f"Scale an m64n{n} s32 accumulator to f32 with per-row and per-column scales "
-        "and a bias (see :func:`dequantize_accumulator_s32`).",
+        inputs=(types.uint64, types.uint64, types.uint32, types.uint32, types.int32,
+                types.UniTuple(types.int32, count), types.float32, types.float32,
+                types.uint64, types.uint64, types.uint32, types.uint64, types.uint32),
+        side_effect=True,
+        memory=True,
+        instruction="st.global.v2.f32" if kind == "f32" else "st.global.b32",
+        doc=f"Scale an m64n{n} s32 accumulator per row and column, add a bias, and store "
+        f"it as {kind} (see :func:`st_global_accumulator_s32_scaled`).",
     )

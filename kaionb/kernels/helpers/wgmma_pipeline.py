@@ -28,8 +28,8 @@ of GROUP_ROWS cluster rows so a wave's A and B panels stay in L2):
 
 Geometry: a k-step is 32 bytes of K (k16 of 16-bit operands, k32 of s8); a stage is BK
 elements of K = one 128-byte swizzled line per row. s8 accumulates in s32;
-``dequantize`` scales the accumulator into f32 (per-row and per-column scales, a bias)
-before the same stores. A (M×K) is read K-major or M-major, B (K×N) N-major or
+:meth:`store_scaled` stores it scaled into f32 (per-row and per-column scales, a bias), in
+any output kind, straight from registers. A (M×K) is read K-major or M-major, B (K×N) N-major or
 K-major: the M/N-major tiles through wgmma's transpose bits (16-bit operands only). The
 tensor maps (:mod:`kaionb._tensor_map`) live in global memory and are passed by address:
 numba cannot declare a ``__grid_constant__`` parameter.
@@ -53,7 +53,6 @@ from kaionb.ptx_patches import (
     cp_async_bulk_tensor_2d_shared_to_global,
     cp_async_bulk_wait_group,
     cp_async_bulk_wait_group_read,
-    dequantize_accumulator_s32,
     device_function,
     fence_mbarrier_init_cluster,
     fence_proxy_async_shared,
@@ -64,6 +63,7 @@ from kaionb.ptx_patches import (
     mbarrier_wait,
     prefetch_tensormap,
     st_global_accumulator,
+    st_global_accumulator_s32_scaled,
     st_shared_accumulator_swizzled,
     wgmma_commit_group,
     wgmma_fence,
@@ -76,7 +76,7 @@ from kaionb.ptx_patches import (
     wgmma_wait_group,
 )
 
-from .epilogue import OUT_F16
+from .epilogue import OUT_F16, OUT_F32
 
 CONSUMERS = 2  # consumer warpgroups
 THREADS = 128 * (1 + CONSUMERS)
@@ -191,6 +191,10 @@ class WgmmaPipeline:
             raise ValueError(f"wgmma_pipeline: BN up to {2 * STAGED_COLS}")
         mma = WGMMA[(operand, BN)]
         store_f32 = st_global_accumulator(BN, "f32")
+        if E == 1:  # the W8A8 epilogue's stores, one per output kind
+            scaled_f32 = st_global_accumulator_s32_scaled(BN, "f32")
+            scaled_f16 = st_global_accumulator_s32_scaled(BN, "f16")
+            scaled_bf16 = st_global_accumulator_s32_scaled(BN, "bf16")
         # The staging stores of part 0 and part 1 (the same instruction when PARTS == 1).
         stage_f16_0 = st_shared_accumulator_swizzled(BN, "f16", 0, PARTS)
         stage_bf16_0 = st_shared_accumulator_swizzled(BN, "bf16", 0, PARTS)
@@ -314,6 +318,28 @@ class WgmmaPipeline:
                       uint32(r0 < M), uint32(r0 + 8 < M), N - (n0 + col), acc)
 
         @device_function
+        def store_scaled(out, kind, m0, n0, row, col, M, N, acc, row_scale0, row_scale8,
+                         col_scale, col_step, has_col_scale, bias, has_bias):
+            """s8: the s32 accumulators scaled (``ptx_patches.st_global_accumulator_s32_
+            scaled``: ``col_scale`` / ``bias`` address the thread's first column) straight
+            to the row-major M×N ``out`` (an address) of ``kind``, clipped at M and N."""
+            r0 = m0 + row
+            offset = int64(r0) * N + n0 + col
+            ok0, ok8, left = uint32(r0 < M), uint32(r0 + 8 < M), N - (n0 + col)
+            if kind == OUT_F32:
+                scaled_f32(out + uint64(offset * 4), out + uint64((offset + 8 * N) * 4), ok0,
+                           ok8, left, acc, row_scale0, row_scale8, col_scale, col_step,
+                           has_col_scale, bias, has_bias)
+            elif kind == OUT_F16:
+                scaled_f16(out + uint64(offset * 2), out + uint64((offset + 8 * N) * 2), ok0,
+                           ok8, left, acc, row_scale0, row_scale8, col_scale, col_step,
+                           has_col_scale, bias, has_bias)
+            else:
+                scaled_bf16(out + uint64(offset * 2), out + uint64((offset + 8 * N) * 2), ok0,
+                            ok8, left, acc, row_scale0, row_scale8, col_scale, col_step,
+                            has_col_scale, bias, has_bias)
+
+        @device_function
         def store_staged(tmap_c, kind, m0, n0, consumer, stage_buffer, stage_row, stage_xor,
                          issuer, acc):
             """16-bit accumulators (``kind`` OUT_F16 or OUT_BF16) through the consumer's
@@ -352,7 +378,7 @@ class WgmmaPipeline:
         self.ACC, self.SHARED_BYTES = ACC, SHARED_BYTES
         # s8: the s32 accumulator's scale-and-bias step into f32, before either store.
         self.integer = E == 1
-        self.dequantize = dequantize_accumulator_s32(BN) if E == 1 else None
+        self.store_scaled = store_scaled
         self.layout, self.init_barriers, self.schedule = layout, init_barriers, schedule
         self.origin, self.produce, self.descriptors = origin, produce, descriptors
         self.consume_tile, self.store_direct = consume_tile, store_direct
