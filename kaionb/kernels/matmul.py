@@ -70,7 +70,9 @@ from .op import fast_path, workspace
 #   128×128: its next tile in registers (48) on top of a 64×64 warp tile's 192 spills.
 # small: 64×64, 4 warps of 32×32, for grids that large tiles leave under one wave and
 #   for the split-K decode shapes.
-# s8 (int8 W8A8, :mod:`.matmul_int8`): the 16-bit tiles' bytes, BK doubled in elements.
+# s8 (int8 W8A8, :mod:`.matmul_int8`): the 16-bit tiles' bytes, BK doubled in elements;
+#   decode16 128 wide (16 KB of B per stage): 92.5 vs 94.5 µs for 64 wide at M = 1,
+#   K = 8192, N = 28672 on the H100; 6 stages or BK = 256 were slower (perf-log-matmul #14).
 # tf32 (4-byte operands): the same warp tiles with BK halved (128-byte K-major rows); the
 #   small tile keeps 2 stages (3 spilled 4-16 bytes on sm_89 / sm_90a, ptxas -v);
 #   tf32x3's split fragments double the operand registers, so its large tile is 128×128.
@@ -82,7 +84,7 @@ from .op import fast_path, workspace
 #   loaded latency. 16-row tiles need a K-major A (the k-step swizzle, helpers).
 TILES = {
     ("s8", "async"): {"large": (128, 256, 128, 2, 4, 4), "small": (64, 64, 64, 2, 2, 4),
-                      "decode16": (16, 64, 128, 1, 4, 4),
+                      "decode16": (16, 128, 128, 1, 4, 4),
                       "decode64": (64, 128, 128, 2, 4, 4)},
     ("s8", "sync"): {"large": (128, 128, 128, 2, 4, 3), "small": (64, 64, 64, 2, 2, 4)},
     ("16bit", "async"): {"large": (128, 256, 64, 2, 4, 4), "small": (64, 64, 32, 2, 2, 4),

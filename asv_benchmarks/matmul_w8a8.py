@@ -1,0 +1,78 @@
+"""asv: INT8 W8A8 matmul (``kaionb.matmul_int8``, scaling included) against cuBLASLt int8
+(``torch._int_mm``, int32 output, no scaling) at square shapes, and against the f16 GEMM
+at decode shapes (K = 8192, N = 28672; ``torch._int_mm`` needs M > 16)."""
+
+import numpy as np
+
+
+class TimeMatmulInt8:
+    params = (["2048", "4096", "8192", "decode1", "decode16", "decode32"],)
+    param_names = ["shape"]
+    timeout = 300
+
+    SHAPES = {"2048": (2048, 2048, 2048), "4096": (4096, 4096, 4096),
+              "8192": (8192, 8192, 8192), "decode1": (1, 28672, 8192),
+              "decode16": (16, 28672, 8192), "decode32": (32, 28672, 8192)}
+
+    def setup(self, shape):
+        import kaionb
+        import torch
+
+        if not kaionb.gpu_available():
+            raise NotImplementedError("no CUDA GPU")
+        m, n, k = self.SHAPES[shape]
+        self.torch, self.m = torch, m
+        self.ops = 2.0 * m * n * k
+        self.a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+        self.w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda")
+        self.x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        self.wf = torch.randn(n, k, dtype=torch.float16, device="cuda")
+        self.ka, self.kw = kaionb.asarray(self.a), kaionb.asarray(self.w)
+        self.scale = (kaionb.asarray(np.full(m, 1e-3, np.float32)),
+                      kaionb.asarray(np.full(n, 1e-3, np.float32)))
+        self.out = kaionb.empty((m, n), np.float16)
+        self.kaionb = kaionb
+        for _ in range(3):  # compile, load, warm up
+            self._ours()
+            self._baseline()
+        torch.cuda.synchronize()
+
+    def _ours(self):
+        return self.kaionb.matmul_int8(self.ka, self.kw.T, self.scale, out=self.out)
+
+    def _baseline(self):
+        if self.m > 16:
+            return self.torch._int_mm(self.a, self.w.T)
+        return self.x @ self.wf.T
+
+    def _ms(self, fn, reps=20):
+        torch = self.torch
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples = []
+        for _ in range(7):
+            start.record()
+            for _ in range(reps):
+                fn()
+            stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop) / reps)
+        return float(np.median(samples))
+
+    def time_kaionb(self, shape):
+        self._ours()
+        self.torch.cuda.synchronize()
+
+    def time_baseline(self, shape):
+        self._baseline()
+        self.torch.cuda.synchronize()
+
+    def track_tops(self, shape):
+        return self.ops / self._ms(self._ours) / 1e9
+
+    track_tops.unit = "TOPS"
+
+    def track_ratio_to_baseline(self, shape):
+        """torch._int_mm (M > 16) or the f16 GEMM (M ≤ 16) time / ours."""
+        return self._ms(self._baseline) / self._ms(self._ours)
+
+    track_ratio_to_baseline.unit = "ratio"

@@ -1,0 +1,191 @@
+"""kaionb.matmul_int8 (W8A8): bad input refused before any launch (CPU), and on the GPU
+every scale mode, bias, output dtype and operand layout against the exact reference
+(integer sums, then the scales in float64), at shapes that are multiples of no tile."""
+
+import numpy as np
+import pytest
+
+import kaionb
+from kaionb.array import DeviceArray, bfloat16
+from kaionb.kernels import matmul_int8 as mi
+from kaionb.testing import poisoned, relative_error
+
+gpu = pytest.mark.gpu
+I8, F32 = np.dtype(np.int8), np.dtype(np.float32)
+TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float16): 2e-3, bfloat16: 1e-2}
+
+
+def _fake(shape, dtype=I8, device=0):
+    """A DeviceArray header with no memory: validation never touches the data."""
+    dt = np.dtype(dtype)
+    strides = tuple(int(s) for s in np.empty(shape, dt).strides)
+    return DeviceArray(tuple(shape), dt, strides, 256, None, device)
+
+
+# ----------------------------------------------------------------------------- CPU
+
+
+@pytest.mark.parametrize("kwargs, exc, pattern", [
+    (dict(a=_fake((8, 16), np.float16)), TypeError, r"argument 'a' expected dtype int8"),
+    (dict(b=_fake((16, 4), np.float16)), TypeError, r"argument 'b' expected dtype int8"),
+    (dict(b=_fake((2, 16, 4))), ValueError, r"argument 'b' expected a 2-D array"),
+    (dict(b=_fake((15, 4))), ValueError, r"argument 'b' expected 16 rows"),
+    (dict(scale=(1.0,)), ValueError, r"argument 'scale' expected a float, a 0-d array or a pair"),
+    (dict(scale=_fake((8,), F32)), ValueError, r"argument 'scale' expected a float"),
+    (dict(scale=_fake((), np.float64)), TypeError, r"argument 'scale' expected dtype float32"),
+    (dict(scale=(_fake((7,), F32), 1.0)), ValueError, r"argument 'scale_a' expected .*\(8,\)"),
+    (dict(scale=(1.0, _fake((5,), F32))), ValueError, r"argument 'scale_b' expected .*\(4,\)"),
+    (dict(scale=(1.0, _fake((4,), np.int32))), TypeError, r"argument 'scale_b' expected dtype float32"),
+    (dict(scale=(np.float64(1.0), np.ones(1, np.float16))), TypeError, r"argument 'scale_b' expected float32"),
+    (dict(scale=("x", 1.0)), TypeError, r"argument 'scale_a'"),
+    (dict(bias=_fake((5,), F32)), ValueError, r"argument 'bias' expected shape \(4,\)"),
+    (dict(bias=_fake((4,), np.int32)), TypeError, r"argument 'bias' expected dtype"),
+    (dict(dtype=np.int32), TypeError, r"argument 'dtype' expected float32, float16"),
+    (dict(out=_fake((8, 5), F32)), ValueError, r"argument 'out'"),
+    (dict(a=_fake((8, 0)), b=_fake((0, 4))), ValueError, r"argument 'a' expected K ≥ 1"),
+])
+def test_bad_input_is_refused_before_launch(kwargs, exc, pattern):
+    args = dict(a=_fake((8, 16)), b=_fake((16, 4)), scale=0.5)
+    args.update(kwargs)
+    a, b, scale = args.pop("a"), args.pop("b"), args.pop("scale")
+    with pytest.raises(exc, match="matmul_int8: " + pattern):
+        kaionb.matmul_int8(a, b, scale, **args)
+
+
+def test_reference_is_exact_at_saturation():
+    k = 4100
+    a = np.full((3, k), -128, np.int8)
+    b = np.full((k, 2), -128, np.int8)
+    assert np.all(mi.matmul_int8_ref(a, b, 1.0) == k * 16384)
+    assert np.all(mi.matmul_int8_ref(a, -b - 1, 1.0) == -k * 128 * 127)
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+def _case(m, n, k, rng, b_kmajor=True, batch=()):
+    a = rng.integers(-128, 128, batch + (m, k), dtype=np.int8)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)  # [N, K]: the checkpoint layout
+    da = kaionb.asarray(a)
+    if b_kmajor:
+        db = kaionb.asarray(w).T  # a K-major view: no copy
+    else:
+        db = kaionb.asarray(np.ascontiguousarray(w.T))
+    return a, w.T, da, db
+
+
+def _scales(mode, rows_shape, n, rng):
+    """(host scale argument, device scale argument) for one scale mode."""
+    sa = (rng.uniform(0.5, 2.0, rows_shape) * 1e-3).astype(np.float32)
+    sb = (rng.uniform(0.5, 2.0, n) * 1e-3).astype(np.float32)
+    if mode == "float":
+        return 3e-6, 3e-6
+    if mode == "0-d":
+        s = np.float32(3e-6)
+        return s, kaionb.asarray(np.array(s))
+    if mode == "pair floats":
+        return (1e-3, 3e-3), (1e-3, 3e-3)
+    if mode == "row, col":
+        return (sa, sb), (kaionb.asarray(sa), kaionb.asarray(sb))
+    if mode == "0-d, col":
+        return (np.float32(2e-3), sb), (kaionb.asarray(np.array(np.float32(2e-3))),
+                                        kaionb.asarray(sb))
+    if mode == "row, float":
+        return (sa, 2e-3), (kaionb.asarray(sa), 2e-3)
+    raise AssertionError(mode)
+
+
+MODES = ["float", "0-d", "pair floats", "row, col", "0-d, col", "row, float"]
+
+
+@gpu
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 65), (64, 4096, 4096), (300, 2000, 512)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, bfloat16], ids=str)
+def test_scale_modes(shape, mode, dtype):
+    rng = np.random.default_rng(hash((shape, mode)) % 2**32)
+    m, n, k = shape
+    a, b, da, db = _case(m, n, k, rng)
+    host_scale, dev_scale = _scales(mode, (m,), n, rng)
+    out = poisoned((m, n), dtype)
+    result = kaionb.matmul_int8(da, db, dev_scale, out=out)
+    assert result is out
+    ref = mi.matmul_int8_ref(a, b, host_scale)
+    assert relative_error(out.get(), ref) < TOL[np.dtype(dtype)]
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(1000, 24, 4100), (8, 4096, 11008), (1, 4096, 4096),
+                                   (16, 4096, 4096), (1024, 1024, 1024), (2048, 2048, 2048),
+                                   (5, 1000, 8192)])
+@pytest.mark.parametrize("bias_dtype", [None, np.float32, np.float16])
+def test_shapes_with_bias(shape, bias_dtype):
+    rng = np.random.default_rng(sum(shape))
+    m, n, k = shape
+    a, b, da, db = _case(m, n, k, rng)
+    host_scale, dev_scale = _scales("row, col", (m,), n, rng)
+    bias = None if bias_dtype is None else rng.standard_normal(n).astype(bias_dtype)
+    out = kaionb.matmul_int8(da, db, dev_scale, bias=None if bias is None else
+                             kaionb.asarray(bias), dtype=np.float32)
+    assert out.shape == (m, n) and out.dtype == np.float32
+    ref = mi.matmul_int8_ref(a, b, host_scale, bias)
+    assert relative_error(out.get(), ref) < 1e-6
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(33, 70, 100), (256, 512, 1024)])
+def test_row_major_b_and_batched_a(shape):
+    rng = np.random.default_rng(7)
+    m, n, k = shape
+    a, b, da, db = _case(m, n, k, rng, b_kmajor=False, batch=(2,))
+    sa = (rng.uniform(0.5, 2.0, (2, m)) * 1e-3).astype(np.float32)
+    out = kaionb.matmul_int8(da, db, (kaionb.asarray(sa), 0.5), dtype=np.float16)
+    assert out.shape == (2, m, n)
+    ref = mi.matmul_int8_ref(a, b, (sa, 0.5))
+    assert relative_error(out.get(), ref) < 2e-3
+
+
+@gpu
+@pytest.mark.parametrize("m", [5, 2048])
+@pytest.mark.parametrize("values", [(-128, -128), (-128, 127), (127, 127)])
+def test_saturated_inputs_are_exact(m, values):
+    k, n = 4096, 256
+    a = np.full((m, k), values[0], np.int8)
+    b = np.full((n, k), values[1], np.int8)
+    out = kaionb.matmul_int8(kaionb.asarray(a), kaionb.asarray(b).T, 1.0)
+    assert np.all(out.get() == float(k * values[0] * values[1]))
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (2048, 2048, 2048)])
+def test_repeats_are_bit_identical(shape):
+    rng = np.random.default_rng(3)
+    m, n, k = shape
+    _, _, da, db = _case(m, n, k, rng)
+    first = kaionb.matmul_int8(da, db, 1e-4, dtype=np.float32).get()
+    for _ in range(3):
+        again = kaionb.matmul_int8(da, db, 1e-4, dtype=np.float32).get()
+        assert again.tobytes() == first.tobytes()
+
+
+@gpu
+def test_context_usable_after_bad_input():
+    rng = np.random.default_rng(5)
+    a, b, da, db = _case(40, 48, 64, rng)
+    with pytest.raises(ValueError, match="matmul_int8: argument 'bias'"):
+        kaionb.matmul_int8(da, db, 1.0, bias=kaionb.zeros((47,), np.float32))
+    out = kaionb.matmul_int8(da, db, 1.0)
+    assert relative_error(out.get(), mi.matmul_int8_ref(a, b, 1.0)) < 1e-6
+
+
+@gpu
+def test_quantized_linear_layer_tracks_the_float_matmul():
+    rng = np.random.default_rng(11)
+    m, n, k = 77, 1000, 2048
+    x = rng.standard_normal((m, k)).astype(np.float16)
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
+    qx, sx = kaionb.quantize_int8(kaionb.asarray(x), axis=0)  # per token
+    qw, sw = kaionb.quantize_int8(kaionb.asarray(w), axis=0)  # per output channel
+    y = kaionb.matmul_int8(qx, qw.T, (sx, sw), dtype=np.float16)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    assert relative_error(y.get(), ref) < 2e-2
