@@ -13,11 +13,11 @@ events around batches of back-to-back calls after a warm-up, median of 15 batche
 
 import argparse
 import json
-import statistics
 
 import numpy as np
 
 import kaionb
+from matmul_table import bench_ms  # benchmarks/ is on sys.path when run as a script
 
 BIG = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)]
 DECODE_N, DECODE_K = 28672, 8192
@@ -25,25 +25,8 @@ DECODE_MS = (1, 16, 32, 64)
 
 
 def bench_us(torch, fn):
-    """Median µs per call: batches sized to ~20 ms, 15 batches after a warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    batch = int(min(200, max(1, 20.0 / max(start.elapsed_time(stop), 1e-3))))
-    samples = []
-    for _ in range(15):
-        start.record()
-        for _ in range(batch):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / batch * 1e3)
-    return statistics.median(samples)
+    """Median µs per call (matmul_table's batches of back-to-back calls)."""
+    return bench_ms(torch, fn, None) * 1e3
 
 
 def int8(torch, *shape):

@@ -505,7 +505,7 @@ def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits
               dequant=None) -> _MmaLaunch:
     """Pick the variant, tile class and splits for ``p`` and lay out the arguments.
     ``dequant``: the s8 kernels' (alpha, scale_a, sa_mode, scale_b, sb_mode, bias,
-    has_bias) (kernel doc)."""
+    has_bias) (kernel doc), None for an absent array."""
     a, lda, a_kmajor, b, ldb, b_kmajor = p.a, p.lda, p.a_kmajor, p.b, p.ldb, p.b_kmajor
     if operand == "s8":  # both K-major: no transposing ldmatrix for 8-bit tiles
         if not a_kmajor:
@@ -535,7 +535,8 @@ def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits
     nothing = out3._view((0,), (4,), dtype=_F32)  # an argument no launch reads
     no_ws = (nothing, out3._view((0,), (4,), dtype=_U32))
     if dequant is None:
-        dequant = (1.0, nothing, SCALE_NONE, nothing, SCALE_NONE, nothing, 0)
+        dequant = (1.0, None, SCALE_NONE, None, SCALE_NONE, None, 0)
+    dequant = tuple(nothing if x is None else x for x in dequant)  # absent arrays
     args = (a, b, out32, out16) + no_ws + (p.m, p.n, p.k, lda, ldb, k_chunk, n_splits, kind,
                                            int(vec_ok), int(out_vec)) + tuple(dequant)
     tiles_out = grid[0] * grid[1] * p.batch

@@ -169,10 +169,7 @@ def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) ->
             _HOPPER_PLANS[key] = (plan, dequant)
         return out
     out3 = out._view((1, m, n), (m * n * out.itemsize, n * out.itemsize, out.itemsize))
-    nothing = out._view((0,), (4,), dtype=_F32)
-    dequant = (alpha, nothing if sa[1] is None else sa[1], sa[2],
-               nothing if sb[1] is None else sb[1], sb[2],
-               nothing if bias is None else bias, int(bias is not None))
+    dequant = (alpha, sa[1], sa[2], sb[1], sb[2], bias, int(bias is not None))
     _launch_mma(op, p, "s8", out3, kind, out_vec, "async", None, None, sms, dequant)
     return out
 

@@ -29,18 +29,29 @@ from ._factory import IMM, SM90A, device_function, ptx_instruction
 
 
 def _wgmma(n: int, ab: str):
-    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
+    """m64nN wgmma of one 32-byte k-step: k16 f32 += f16/bf16, or k32 s32 += s8."""
+    integer = ab == "s8"
+    shape = f"m64n{n}k32.s32.s8.s8" if integer else f"m64n{n}k16.f32.{ab}.{ab}"
+    ptx = f"wgmma.mma_async.sync.aligned.{shape}"
     count = n // 2
     acc = ", ".join(f"${i}" for i in range(count))
     # $count, $count+1: descriptors; $count+2: scale-d (0 → D = A·B, else D += A·B);
     # $count+3, $count+4: the transpose immediates of A and B (1: the tile is M/N-major).
+    # Integer wgmma has no transpose (both tiles K-major) and no negation immediates: the
+    # two trans operands are accepted and unused (one call shape for every operand type).
+    operands = "p" if integer else f"p, 1, 1, ${count + 3}, ${count + 4}"
     template = (
         f"{{ .reg .pred p; setp.ne.b32 p, ${count + 2}, 0;\n"
-        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, p, 1, 1, ${count + 3}, ${count + 4}; }}"
+        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, {operands}; }}"
     )
-    acc_type = types.UniTuple(types.float32, count)
+    element = types.int32 if integer else types.float32
+    acc_type = types.UniTuple(element, count)
+    name = f"wgmma_m64n{n}k32_s32_s8" if integer else f"wgmma_m64n{n}k16_f32_{ab}"
+    trans = ("trans 0 only: both tiles K-major; wrapping s32 accumulation" if integer else
+             "trans 0: the operand's tile is K-major in shared memory; 1: M-major (A) / "
+             "N-major (B)")
     return ptx_instruction(
-        f"wgmma_m64n{n}k16_f32_{ab}",
+        name,
         template,
         outputs=acc_type,
         inputs=(types.uint64, types.uint64, types.uint32, IMM, IMM, acc_type),
@@ -50,36 +61,7 @@ def _wgmma(n: int, ab: str):
         arch=SM90A,
         instruction=ptx,
         doc=f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, trans_a: const, "
-        f"trans_b: const, acc: {count}×f32) -> acc. trans 0: the operand's tile is K-major "
-        f"in shared memory; 1: M-major (A) / N-major (B). scale_d = 0 ignores acc.",
-    )
-
-
-def _wgmma_s8(n: int):
-    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8"
-    count = n // 2
-    acc = ", ".join(f"${i}" for i in range(count))
-    # As _wgmma; integer wgmma has no transpose (both tiles K-major) and no negation
-    # immediates, so the two trans operands are accepted and unused (one call shape
-    # for every operand type).
-    template = (
-        f"{{ .reg .pred p; setp.ne.b32 p, ${count + 2}, 0;\n"
-        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, p; }}"
-    )
-    acc_type = types.UniTuple(types.int32, count)
-    return ptx_instruction(
-        f"wgmma_m64n{n}k32_s32_s8",
-        template,
-        outputs=acc_type,
-        inputs=(types.uint64, types.uint64, types.uint32, IMM, IMM, acc_type),
-        tied=5,
-        side_effect=True,
-        memory=True,
-        arch=SM90A,
-        instruction=ptx,
-        doc=f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, trans_a: const 0, "
-        f"trans_b: const 0, acc: {count}×s32) -> acc. Both tiles K-major; wrapping s32 "
-        f"accumulation; scale_d = 0 ignores acc.",
+        f"trans_b: const, acc: {count}×{element}) -> acc. {trans}. scale_d = 0 ignores acc.",
     )
 
 
@@ -89,8 +71,8 @@ wgmma_m64n256k16_f32_f16 = _wgmma(256, "f16")
 wgmma_m64n64k16_f32_bf16 = _wgmma(64, "bf16")
 wgmma_m64n128k16_f32_bf16 = _wgmma(128, "bf16")
 wgmma_m64n256k16_f32_bf16 = _wgmma(256, "bf16")
-wgmma_m64n128k32_s32_s8 = _wgmma_s8(128)
-wgmma_m64n256k32_s32_s8 = _wgmma_s8(256)
+wgmma_m64n128k32_s32_s8 = _wgmma(128, "s8")
+wgmma_m64n256k32_s32_s8 = _wgmma(256, "s8")
 
 wgmma_fence = ptx_instruction(
     "wgmma_fence",
