@@ -31,7 +31,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32, uint8
+from numba import cuda, int32
 
 from .._device import (
     check_driver,
@@ -53,9 +53,10 @@ from ..validation import (
     fail,
 )
 from . import matmul_hopper
-from .helpers import OUT_BF16, OUT_F16, OUT_F32, chunk_coords, store_row_chunk8
-from .helpers.epilogue import SCALE_NONE, dequantize_row_chunk8, make_splitk_fold
-from .helpers.mma_pipeline import mma_pipeline
+from .helpers import OUT_BF16, OUT_F16, OUT_F32
+from .helpers.epilogue import SCALE_NONE
+from .helpers.gemm_block import make_gemm_block
+from .helpers.mma_pipeline import OPERANDS
 from .launch import kernel
 from .op import fast_path, workspace
 
@@ -123,7 +124,7 @@ DEFAULT_PRECISION = "highest"
 
 
 def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str, tile: str):
-    """One variant, built from :func:`helpers.mma_pipeline.mma_pipeline`. Arguments
+    """One variant, built from :func:`helpers.gemm_block.make_gemm_block`. Arguments
     (outputs after inputs, sizes last):
 
     a, b     storage matrices ``[batch, rows, cols]`` (bits as unsigned integers; batch
@@ -143,15 +144,9 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
     Grid: (N tiles, M tiles, batch × splits).
     """
     block_tile = TILES[(_GROUP[operand], loads)][tile]
-    pipe = mma_pipeline(operand, a_kmajor, b_kmajor, loads, block_tile)
-    ACC = pipe.accumulator
-    INTEGER = operand == "s8"
-    BM, BN = block_tile[0], block_tile[1]
-    THREADS, MT, NT, CS = pipe.THREADS, pipe.MT, pipe.NT, pipe.CS
-    CHUNKS = BM * BN // 8  # 8-column chunks of the output tile
-    storage = pipe.operand.storage
-    mainloop, stage_accumulators = pipe.mainloop, pipe.stage_accumulators
-    fold = make_splitk_fold(FOLD_GROUP.get(tile, 4))
+    gemm_block = make_gemm_block(operand, a_kmajor, b_kmajor, loads, block_tile,
+                                 FOLD_GROUP.get(tile, 4))
+    storage = OPERANDS[operand].storage
     signature = (f"void({storage}[:, :, :], {storage}[:, :, :], float32[:, :, ::1], "
                  "uint16[:, :, ::1], float32[::1], uint32[::1], int32, int32, int32, int32, "
                  "int32, int32, int32, int32, int32, int32, float32, float32[::1], int32, "
@@ -159,50 +154,22 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
     layout = ("n" if a_kmajor else "t") + ("t" if b_kmajor else "n")
 
     @kernel([signature], name=f"_matmul_fwd_kernel_{operand}_{layout}_{loads}_{tile}",
-            max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
+            max_dynamic_shared_bytes=gemm_block.SHARED_BYTES, launch_bounds=gemm_block.THREADS)
     def _matmul_fwd_kernel(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits,
                            kind, vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode,
                            bias, has_bias):
-        smem = cuda.shared.array(0, uint8)
-        acc = cuda.local.array((MT, NT, 4), ACC)  # [m16 tile][n8 tile][C fragment]
-        for i in range(MT):
-            for j in range(NT):
-                for e in range(4):
-                    acc[i, j, e] = ACC(0)
-        m0 = int32(cuda.blockIdx.y) * BM
-        n0 = int32(cuda.blockIdx.x) * BN
         bz = int32(cuda.blockIdx.z) // splits
-        split = int32(cuda.blockIdx.z) % splits
-        k_begin = split * k_chunk
-        mainloop(smem, a, b, bz, lda, ldb, m0, n0, k_begin, min(K, k_begin + k_chunk), M,
-                 N, vec_ok, acc)
+        tile_id = ((bz * int32(cuda.gridDim.y) + int32(cuda.blockIdx.y))
+                   * int32(cuda.gridDim.x) + int32(cuda.blockIdx.x))
+        gemm_block(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits,
+                   kind, vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode, bias,
+                   has_bias, int32(cuda.blockIdx.y) * block_tile[0],
+                   int32(cuda.blockIdx.x) * block_tile[1], bz, int32(cuda.blockIdx.z) % splits,
+                   tile_id)
 
-        # Epilogue through shared memory: accumulators -> an f32 C tile (s8: the integer
-        # sums as f32, scaled per chunk below), then each thread writes whole 8-column
-        # chunks: coalesced 16-byte global stores.
-        cuda.syncthreads()
-        cs = cuda.shared.array(0, float32)
-        stage_accumulators(cs, acc)
-        cuda.syncthreads()
-        if splits > 1:
-            tile_id = ((bz * int32(cuda.gridDim.y) + int32(cuda.blockIdx.y))
-                       * int32(cuda.gridDim.x) + int32(cuda.blockIdx.x))
-            if not fold(ws, counters, cs, tile_id, split, splits, M - m0, N - n0, BM, BN, CS,
-                        THREADS):
-                return  # not the last split of this tile: the last one writes it
-        tid = int32(cuda.threadIdx.x)
-        for q in range((CHUNKS + THREADS - 1) // THREADS):
-            if tid + q * THREADS < CHUNKS:
-                r, c = chunk_coords(tid + q * THREADS, BN)
-                if INTEGER:
-                    dequantize_row_chunk8(cs, r * CS + c, m0 + r, n0 + c, M, N, alpha, scale_a,
-                                          sa_mode, scale_b, sb_mode, bias, has_bias)
-                store_row_chunk8(out32[bz], out16[bz], kind, m0 + r, n0 + c, M, N, out_vec,
-                                 cs, r * CS + c)
-
-    _matmul_fwd_kernel.threads = THREADS
-    _matmul_fwd_kernel.shared_bytes = pipe.SHARED_BYTES
-    _matmul_fwd_kernel.block_tile = block_tile[:3]
+    _matmul_fwd_kernel.threads = gemm_block.THREADS
+    _matmul_fwd_kernel.shared_bytes = gemm_block.SHARED_BYTES
+    _matmul_fwd_kernel.block_tile = gemm_block.BLOCK_TILE
     return _matmul_fwd_kernel
 
 
