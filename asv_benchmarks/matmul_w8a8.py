@@ -76,3 +76,51 @@ class TimeMatmulInt8:
         return self._ms(self._baseline) / self._ms(self._ours)
 
     track_ratio_to_baseline.unit = "ratio"
+
+
+class TimeQkvProjectInt8:
+    """``kaionb.qkv_project_int8`` (f16 x quantized per token, Llama-3-8B attention inputs:
+    hidden 4096 -> 4096 + 1024 + 1024) against torch's three f16 GEMMs, M = 1 and 16."""
+
+    params = (["1", "16"],)
+    param_names = ["m"]
+    timeout = 300
+    WIDTHS = (4096, 1024, 1024)
+
+    def setup(self, m):
+        import kaionb
+        import torch
+
+        if not kaionb.gpu_available():
+            raise NotImplementedError("no CUDA GPU")
+        m = int(m)
+        self.torch, self.kaionb = torch, kaionb
+        self.x = torch.randn(m, 4096, dtype=torch.float16, device="cuda")
+        self.kx = kaionb.asarray(self.x)
+        self.wf = [torch.randn(n, 4096, dtype=torch.float16, device="cuda") for n in self.WIDTHS]
+        self.kw = [kaionb.asarray(torch.randint(-128, 128, (n, 4096), dtype=torch.int8,
+                                                device="cuda")).T for n in self.WIDTHS]
+        self.scales = [kaionb.asarray(np.full(n, 1e-3, np.float32)) for n in self.WIDTHS]
+        self.out = tuple(kaionb.empty((m, n), np.float16) for n in self.WIDTHS)
+        for _ in range(3):
+            self._ours()
+            self._baseline()
+        torch.cuda.synchronize()
+
+    def _ours(self):
+        return self.kaionb.qkv_project_int8(self.kx, *self.kw, *self.scales, out=self.out)
+
+    def _baseline(self):
+        return [self.x @ w.T for w in self.wf]
+
+    _ms = TimeMatmulInt8._ms
+
+    def time_kaionb(self, m):
+        self._ours()
+        self.torch.cuda.synchronize()
+
+    def track_ratio_to_baseline(self, m):
+        """Three f16 GEMMs' time / ours (eager calls, host time included)."""
+        return self._ms(self._baseline) / self._ms(self._ours)
+
+    track_ratio_to_baseline.unit = "ratio"

@@ -24,7 +24,7 @@ from .kernels.matmul import (
     matmul_tc_bf16,
     matmul_tc_bf16_async,
 )
-from .kernels.matmul_int8 import matmul_int8
+from .kernels.matmul_int8 import matmul_int8, qkv_project_int8
 from .kernels.norms import layer_norm, rms_norm
 from .kernels.quantize import dequantize_int8, quantize_int8
 from .kernels.softmax import softmax
@@ -52,6 +52,7 @@ __all__ = [
     "layer_norm",
     "matmul",
     "matmul_int8",
+    "qkv_project_int8",
     "matmul_tc",
     "matmul_tc_async",
     "matmul_tc_bf16",

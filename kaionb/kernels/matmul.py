@@ -495,9 +495,7 @@ def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits
     tile, n_splits, k_chunk = _choose(p.m, p.n, p.k, sms, tiles, p.batch, tile, splits)
     kdef = _KERNELS[(operand, a_kmajor, b_kmajor, loads, tile)]
     bm, bn, _ = kdef.block_tile
-    out32 = out3 if kind == OUT_F32 else out3._view((1, 0, 0), (4, 4, 4), dtype=_F32)
-    out16 = (out3._view(out3.shape, out3.strides, dtype=_U16) if kind != OUT_F32
-             else out3._view((1, 0, 0), (2, 2, 2), dtype=_U16))
+    out32, out16 = output_pair(out3, kind)
     grid = (math.ceil(p.n / bn), math.ceil(p.m / bm), p.batch * n_splits)
     nothing = out3._view((0,), (4,), dtype=_F32)  # an argument no launch reads
     no_ws = (nothing, out3._view((0,), (4,), dtype=_U32))
@@ -510,6 +508,15 @@ def _plan_mma(op, p: Operands, operand, out3, kind, out_vec, loads, tile, splits
     ws_bytes = tiles_out * n_splits * bm * bn * 4 if n_splits > 1 else 0
     return _MmaLaunch(kdef[0], grid, kdef.threads, kdef.shared_bytes, args, ws_bytes,
                       tiles_out if n_splits > 1 else 0)
+
+
+def output_pair(out3: DeviceArray, kind: int) -> tuple:
+    """The kernels' (out32, out16) arguments for the output ``out3`` [batch, M, N] of
+    ``kind``: the array itself as the one its kind writes, an empty view as the other."""
+    if kind == OUT_F32:
+        return out3, out3._view((1, 0, 0), (2, 2, 2), dtype=_U16)
+    return out3._view((1, 0, 0), (4, 4, 4), dtype=_F32), out3._view(out3.shape, out3.strides,
+                                                                    dtype=_U16)
 
 
 def _run_mma(plan: _MmaLaunch) -> None:

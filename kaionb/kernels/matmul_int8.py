@@ -20,6 +20,10 @@ The kernels are the matmul family's, with s8 operands (no copied mainloop):
 Both read A and B K-major: A row-major [M, K], B as the ``w.T`` view of a row-major
 [N, K] weight — how checkpoints store linear layers. A row-major [K, N] B is copied
 into that layout first (one extra pass over the weight per call).
+
+``qkv_project_int8`` runs three such GEMMs over one activation in one launch (the grid's
+N tiles cover w_q, w_k, w_v in turn); a f16 / bf16 activation of few rows is quantized per
+token in the same launch, in each block's prologue (``helpers.int8.make_quantize_rows``).
 """
 
 from __future__ import annotations
@@ -29,16 +33,36 @@ import numbers
 
 import numpy as np
 
+from numba import cuda, int32, int64
+
 from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
-from ..array import DeviceArray
+from ..array import DeviceArray, bfloat16, empty
 from ..validation import as_array, check_contiguous, check_same_device, fail
 from . import matmul_hopper
 from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR
-from .matmul import _OUT_KIND, _copy_transposed, _launch_mma, _output, plan_operands
-from .op import fast_path
+from .helpers.gemm_block import make_gemm_block
+from .helpers.int8 import make_quantize_rows
+from .launch import kernel
+from .matmul import (
+    _OUT_KIND,
+    FOLD_GROUP,
+    TILES,
+    Operands,
+    _aligned,
+    _choose,
+    _copy_transposed,
+    _launch_mma,
+    _output,
+    _splitk_workspace,
+    output_pair,
+    plan_operands,
+)
+from .op import C_CONTIGUOUS, Plan, fast_path, outputs, workspace
+from .quantize import quantize_int8, quantize_int8_ref
 
 _INT8, _F32 = (np.dtype(np.int8),), np.dtype(np.float32)
+_U16, _U32 = np.dtype(np.uint16), np.dtype(np.uint32)
 _BIAS_DTYPES = tuple(_OUT_KIND)
 # M up to this runs the mma.sync decode tiles (weight streaming, split-K) on every GPU:
 # at K = 8192, N = 28672 on the H100 they take 95-108 µs for M = 1-64, the wgmma kernel's
@@ -90,6 +114,29 @@ def _scale(op: str, name: str, value, vector_shape: tuple | None):
     return 1.0, x.reshape(-1), SCALE_VECTOR
 
 
+def _bias(op: str, name: str, bias, n: int, a: DeviceArray) -> DeviceArray:
+    """A bias [n] (f32, f16 or bf16, on ``a``'s device) as the contiguous float32 the
+    epilogue reads."""
+    bias = as_array(op, name, bias, dtypes=_BIAS_DTYPES)
+    check_same_device(op, a=a, **{name: bias})
+    if bias.shape != (n,):
+        fail(ValueError, op, name, f"shape ({n},)", bias.shape)
+    if bias.dtype != _F32 or not bias.is_c_contiguous:
+        bias = bias.astype(np.float32)
+    return bias
+
+
+def _kmajor_operands(op: str, a2: DeviceArray, b: DeviceArray) -> Operands:
+    """The storage operands of a2 [M, K] @ b [K, N], both K-major as the s8 tensor-core
+    tiles read them (the other layout is copied)."""
+    p = plan_operands(op, a2, b, ())
+    if not (p.a_kmajor and p.b_kmajor):
+        a3, lda, _ = (p.a, p.lda, True) if p.a_kmajor else _copy_transposed(p.a, False)
+        b3, ldb, _ = (p.b, p.ldb, True) if p.b_kmajor else _copy_transposed(p.b, False)
+        p = p._replace(a=a3, lda=lda, a_kmajor=True, b=b3, ldb=ldb, b_kmajor=True)
+    return p
+
+
 @fast_path
 def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) -> DeviceArray:
     """Validate every argument (before any launch) and run ``a @ b`` scaled."""
@@ -128,21 +175,11 @@ def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) ->
         if x is not None:
             check_same_device(op, a=a, scale=x)
     if bias is not None:
-        bias = as_array(op, "bias", bias, dtypes=_BIAS_DTYPES)
-        check_same_device(op, a=a, bias=bias)
-        if bias.shape != (n,):
-            fail(ValueError, op, "bias", f"shape ({n},)", bias.shape)
-        if bias.dtype != _F32 or not bias.is_c_contiguous:
-            bias = bias.astype(np.float32)
+        bias = _bias(op, "bias", bias, n, a)
     out = _output(op, out, dtype, rows_shape + (n,), a, np.float32)
     if out.size == 0:
         return out
-    a2 = a.reshape(m, k)  # a batch of rows is one matrix (a view when contiguous)
-    p = plan_operands(op, a2, b, ())
-    if not (p.a_kmajor and p.b_kmajor):  # s8 tensor cores read K-major tiles only
-        a3, lda, _ = (p.a, p.lda, True) if p.a_kmajor else _copy_transposed(p.a, False)
-        b3, ldb, _ = (p.b, p.ldb, True) if p.b_kmajor else _copy_transposed(p.b, False)
-        p = p._replace(a=a3, lda=lda, a_kmajor=True, b=b3, ldb=ldb, b_kmajor=True)
+    p = _kmajor_operands(op, a.reshape(m, k), b)  # a batch of rows is one matrix
     if max(p.lda * m, p.ldb * n) >= 2**31:
         fail(ValueError, op, "a", "matrices of fewer than 2**31 elements", (a.shape, b.shape))
     alpha = sa[0] * sb[0]
@@ -197,3 +234,296 @@ def matmul_int8(a, b, scale, *, bias=None, out=None, dtype=None) -> DeviceArray:
     or bfloat16. The result [..., M, N] is float32 (default), float16 or bfloat16
     (``dtype``, or ``out``'s dtype)."""
     return matmul_int8_fwd("matmul_int8", a, b, scale, bias=bias, out=out, dtype=dtype)
+
+
+# -- the fused QKV projection ----------------------------------------------------------------
+
+# Rows up to this (f16 / bf16 x) are quantized per token inside the QKV kernel: each block
+# finds its rows' max |x| over all of K (M·K·2 bytes read per block, from L2) and writes
+# its rows' share of K quantized. Above it quantize_int8 runs first (its own launches).
+# H100, hidden 4096 -> 4096+1024+1024, µs per call eager / in a graph (fused vs first):
+# M = 1 20.7/19.0 vs 62.2/20.8, M = 2 21.8/22.5 vs 57.0/21.0, M = 4 30.4/28.4 vs
+# 40.0/20.6, M = 16 59.3/57.1 vs 56.7/24.9: the prologue (~1 µs of L2 round trips per row)
+# delays every block's weight stream (docs/perf-log-matmul.md #15).
+FUSED_QUANTIZE_MAX_M = 2
+_X_DTYPES = (np.dtype(np.int8), np.dtype(np.float16), bfloat16)
+_X_KIND = {np.dtype(np.int8): "s8", np.dtype(np.float16): "f16", bfloat16: "bf16"}
+
+
+def _make_qkv_kernel(x_kind: str, loads: str, tile: str):
+    """Q, K and V of one activation in one launch: the grid's x covers the N tiles of w_q,
+    then w_k, then w_v, and each block runs :func:`helpers.gemm_block.make_gemm_block` on its
+    weight, output, scales and bias (the three share A, K and the split-K workspace;
+    ``tile_id`` is unique across them). Arguments:
+
+    xf         f16 / bf16 x [M, K] for x_kind "f16"/"bf16" (quantized here), else unused
+    xq, sa     the int8 x as storage [1, M, lda] and its row scales (sa_mode); for a float
+               x both are scratch this kernel writes first: each block quantizes its rows'
+               share of K (helpers.int8.make_quantize_rows) — blocks sharing rows write the
+               same bytes — and its barrier orders the stores before the mainloop's
+               cp.async reads (cp.async.cg reads L2; the read-only ld.global.nc path of the
+               sync loads could not read them, so these variants are async only)
+    w_*        weights, K-major storage [1, N, ldb_*]; o32_* / o16_* outputs [1, M, N]
+    ws, counters, M, K, lda, ldb_q, ldb_k, ldb_v, n_q, n_kv (w_k and w_v), tiles_q,
+    tiles_kv (N tiles of each), k_chunk, splits, kind, vec_ok, out_vec: as the matmul
+               kernel's
+    alpha_*    per-tensor factors; sb_*, sb_mode_* per-channel scales; bias_*, has_bias
+               (bit g: weight g has a bias)
+
+    Grid: (tiles_q + 2·tiles_kv, M tiles, splits)."""
+    block_tile = TILES[("s8", loads)][tile]
+    gemm_block = make_gemm_block("s8", True, True, loads, block_tile, FOLD_GROUP.get(tile, 4))
+    BM, BN = block_tile[:2]
+    QUANTIZE = x_kind != "s8"
+    quantize_rows = make_quantize_rows(bfloat16 if x_kind == "bf16" else np.dtype(np.float16))
+    signature = ("void(uint16[:, :], int8[:, :, :], float32[::1], int8[:, :, :], "
+                 "int8[:, :, :], int8[:, :, :], float32[:, :, ::1], float32[:, :, ::1], "
+                 "float32[:, :, ::1], uint16[:, :, ::1], uint16[:, :, ::1], uint16[:, :, ::1], "
+                 "float32[::1], uint32[::1], " + ", ".join(["int32"] * 15) + ", float32, "
+                 "float32, float32, int32, float32[::1], float32[::1], float32[::1], int32, "
+                 "int32, int32, float32[::1], float32[::1], float32[::1], int32)")
+
+    @kernel([signature], name=f"_qkv_project_int8_fwd_kernel_{x_kind}_{loads}_{tile}",
+            max_dynamic_shared_bytes=gemm_block.SHARED_BYTES, launch_bounds=gemm_block.THREADS)
+    def _qkv_project_int8_fwd_kernel(xf, xq, sa, w_q, w_k, w_v, o32_q, o32_k, o32_v, o16_q,
+                                     o16_k, o16_v, ws, counters, M, K, lda, ldb_q, ldb_k,
+                                     ldb_v, n_q, n_kv, tiles_q, tiles_kv, k_chunk, splits,
+                                     kind, vec_ok, out_vec, alpha_q, alpha_k, alpha_v,
+                                     sa_mode, sb_q, sb_k, sb_v, sb_mode_q, sb_mode_k,
+                                     sb_mode_v, bias_q, bias_k, bias_v, has_bias):
+        bx = int32(cuda.blockIdx.x)
+        m0 = int32(cuda.blockIdx.y) * BM
+        split = int32(cuda.blockIdx.z)
+        if QUANTIZE:
+            k_begin = split * k_chunk
+            quantize_rows(xf, xq, sa, m0, min(M, m0 + BM), k_begin, min(K, k_begin + k_chunk),
+                          K)
+            cuda.syncthreads()
+        w, ldb, n, o32, o16 = w_q, ldb_q, n_q, o32_q, o16_q
+        alpha, sb, sb_mode, bias, g, n0 = alpha_q, sb_q, sb_mode_q, bias_q, int32(0), bx * BN
+        if bx >= tiles_q:
+            g = int32(1) + (bx - tiles_q) // tiles_kv
+            n0 = ((bx - tiles_q) % tiles_kv) * BN
+            n = n_kv
+            if g == 1:
+                w, ldb, o32, o16, alpha, sb, sb_mode, bias = (w_k, ldb_k, o32_k, o16_k, alpha_k,
+                                                              sb_k, sb_mode_k, bias_k)
+            else:
+                w, ldb, o32, o16, alpha, sb, sb_mode, bias = (w_v, ldb_v, o32_v, o16_v, alpha_v,
+                                                              sb_v, sb_mode_v, bias_v)
+        gemm_block(xq, w, o32, o16, ws, counters, M, n, K, lda, ldb, k_chunk, splits, kind,
+                   vec_ok, out_vec, alpha, sa, sa_mode, sb, sb_mode, bias, (has_bias >> g) & 1,
+                   m0, n0, int64(0), split,
+                   int32(cuda.blockIdx.y) * int32(cuda.gridDim.x) + bx)
+
+    _qkv_project_int8_fwd_kernel.threads = gemm_block.THREADS
+    _qkv_project_int8_fwd_kernel.shared_bytes = gemm_block.SHARED_BYTES
+    _qkv_project_int8_fwd_kernel.block_tile = gemm_block.BLOCK_TILE
+    return _qkv_project_int8_fwd_kernel
+
+
+def _qkv_variants():
+    """int8 x: every s8 tile of both load pipelines; f16 / bf16 x (quantized in the
+    kernel, M ≤ FUSED_QUANTIZE_MAX_M): the cp.async decode16 tile."""
+    for loads in ("async", "sync"):
+        for tile in TILES[("s8", loads)]:
+            yield "s8", loads, tile
+    for x_kind in ("f16", "bf16"):
+        yield x_kind, "async", "decode16"
+
+
+_QKV_KERNELS = {v: _make_qkv_kernel(*v) for v in _qkv_variants()}
+
+
+def _qkv_outputs(op: str, out, rows_shape: tuple, widths: tuple, dtype, x: DeviceArray):
+    """(q, k, v): ``out`` checked, or three C-contiguous arrays carved from one allocation
+    (one allocator call per QKV call; each starts 16-byte aligned)."""
+    if dtype is None:
+        dtype = out[0].dtype if isinstance(out, (tuple, list)) and out else (
+            x.dtype if x.dtype != np.int8 else _F32)
+    dtype = np.dtype(dtype)
+    if dtype not in _OUT_KIND:
+        fail(TypeError, op, "dtype", "float32, float16 or bfloat16", dtype)
+    shapes = [rows_shape + (n,) for n in widths]
+    if out is not None:
+        return outputs(op, out, [(s, dtype, C_CONTIGUOUS) for s in shapes],
+                       device=x.device_id)
+    sizes = [math.prod(s) * dtype.itemsize for s in shapes]
+    offsets = [0]
+    for size in sizes[:-1]:
+        offsets.append(offsets[-1] + -(-size // 16) * 16)
+    buffer = empty((-(-(offsets[-1] + sizes[-1]) // dtype.itemsize),), dtype)
+    return tuple(buffer._view(s, _c_strides(s, dtype.itemsize), at)
+                 for s, at in zip(shapes, offsets))
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+@fast_path
+def qkv_project_int8_fwd(op: str, x, w_q, w_k, w_v, scale_q, scale_k, scale_v, *,
+                         x_scale=None, bias=None, out=None, dtype=None) -> tuple:
+    """Validate every argument (before any launch) and run the three projections."""
+    x = as_array(op, "x", x, dtypes=_X_DTYPES)
+    if x.ndim < 1:
+        fail(ValueError, op, "x", "an array [..., hidden]", "a 0-d array")
+    hidden, rows_shape = x.shape[-1], x.shape[:-1]
+    m = math.prod(rows_shape)
+    weights = []
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        w = as_array(op, name, w, dtypes=_INT8)
+        check_same_device(op, x=x, **{name: w})
+        if w.ndim != 2 or w.shape[0] != hidden:
+            fail(ValueError, op, name, f"shape ({hidden}, N) (x is {x.shape}: its last "
+                 "dimension is the hidden size)", f"shape {w.shape}")
+        weights.append(w)
+    n_q, n_kv = weights[0].shape[1], weights[1].shape[1]
+    if weights[2].shape[1] != n_kv:
+        fail(ValueError, op, "w_v", f"shape ({hidden}, {n_kv}) (as w_k: K and V have one "
+             "width)", f"shape {weights[2].shape}")
+    if hidden == 0:
+        fail(ValueError, op, "x", "a hidden size ≥ 1", f"shape {x.shape}")
+    widths = (n_q, n_kv, n_kv)
+    scales = [_scale(op, name, s, (n,)) for name, s, n in
+              (("scale_q", scale_q, n_q), ("scale_k", scale_k, n_kv), ("scale_v", scale_v, n_kv))]
+    if x.dtype == np.int8:
+        if x_scale is None:
+            fail(TypeError, op, "x_scale", "the int8 x's scale: a float, a 0-d float32 array "
+                 f"or float32 of shape {rows_shape}", "None")
+        sx = _scale(op, "x_scale", x_scale, rows_shape)
+    elif x_scale is not None:
+        fail(ValueError, op, "x_scale", "None for a float16 / bfloat16 x (it is quantized "
+             "per token here)", type(x_scale).__name__)
+    for (_, arr, _), name in zip(scales, ("scale_q", "scale_k", "scale_v")):
+        if arr is not None:
+            check_same_device(op, x=x, **{name: arr})
+    if bias is None:
+        biases = [None] * 3
+    elif isinstance(bias, (tuple, list)) and len(bias) == 3:
+        biases = [None if b is None else _bias(op, f"bias[{g}]", b, widths[g], x)
+                  for g, b in enumerate(bias)]
+    else:
+        fail(TypeError, op, "bias", "None or a tuple of three (each None or [N])",
+             type(bias).__name__)
+    outs = _qkv_outputs(op, out, rows_shape, widths, dtype, x)
+    if m == 0 or n_q + n_kv == 0:
+        return outs
+    x2 = x.reshape(m, hidden)
+    sms = multiprocessor_count()
+    if x.dtype != np.int8:
+        fused = m <= FUSED_QUANTIZE_MAX_M
+        if not fused:
+            x2, x_scale = quantize_int8(x2, axis=0)  # per token, its own launches
+            sx = (1.0, x_scale, SCALE_VECTOR)
+    else:
+        fused = False
+    if not fused and m > DECODE_MAX_M and compute_capability() == (9, 0):
+        # Prefill on Hopper: three wgmma GEMMs (2-4× the mma.sync kernel's rate at these
+        # sizes) beat one mma.sync launch; matmul_int8 picks mma.sync where TMA cannot.
+        scale_a = sx[0] if sx[1] is None else sx[1]
+        for w, s, b, o in zip(weights, (scale_q, scale_k, scale_v), biases, outs):
+            matmul_int8_fwd(op, x2, w, (scale_a, s), bias=b, out=o.reshape(m, o.shape[-1]))
+        return outs
+    _qkv_launch(op, x2, fused, sx if not fused else None, weights, widths, scales, biases,
+                outs, sms)
+    return outs
+
+
+def _qkv_launch(op, x2, fused, sx, weights, widths, scales, biases, outs, sms) -> None:
+    """Plan and launch the QKV kernel: ``x2`` [M, K] int8 with its scale ``sx`` (as
+    :func:`_scale` returns it), or f16 / bf16 quantized in the kernel (``fused``)."""
+    m, hidden = x2.shape
+    n_q, n_kv = widths[0], widths[1]
+    parts = [_kmajor_operands(op, x2, w) for w in weights]
+    vec_ok = all(_aligned(p.b, p.ldb) for p in parts)
+    loads = "async" if vec_ok and (fused or _aligned(parts[0].a, parts[0].lda)) else "sync"
+    if fused and loads != "async":  # the fused variants read x through cp.async only
+        xq, x_scale = quantize_int8(x2, axis=0)
+        return _qkv_launch(op, xq, False, (1.0, x_scale, SCALE_VECTOR), weights, widths,
+                           scales, biases, outs, sms)
+    x_kind = _X_KIND[x2.dtype]
+    tiles = ({"decode16": TILES[("s8", "async")]["decode16"]} if fused
+             else TILES[("s8", loads)])
+    tile, splits, k_chunk = _choose(m, n_q + 2 * n_kv, hidden, sms, tiles)
+    kdef = _QKV_KERNELS[(x_kind, loads, tile)]
+    bm, bn, _ = kdef.block_tile
+    tiles_q, tiles_kv = -(-n_q // bn), -(-n_kv // bn)
+    grid = (tiles_q + 2 * tiles_kv, -(-m // bm), splits)
+    kind = _OUT_KIND[outs[0].dtype]
+    out_vec = all(o.ptr % 16 == 0 for o in outs) and n_q % 8 == 0 and n_kv % 8 == 0
+    nothing = outs[0]._view((0,), (4,), dtype=_F32)  # an argument no launch reads
+    ws_bytes = grid[0] * grid[1] * splits * bm * bn * 4 if splits > 1 else 0
+    n_counters = grid[0] * grid[1] if splits > 1 else 0
+    if fused:
+        # Scratch after the split-K partials in the stream's workspace: the quantized x
+        # (rows padded to 16 bytes for cp.async) and its row scales.
+        ldq = -(-hidden // 16) * 16
+        xq_at = -(-ws_bytes // 256) * 256
+        sa_at = xq_at + -(-(m * ldq) // 256) * 256
+        partials, counters = workspace(_splitk_workspace, sa_at + 4 * m, n_counters)
+        xq = partials._view((1, m, hidden), (m * ldq, ldq, 1), xq_at, _INT8[0])
+        sa, sa_mode, lda, xf = partials._view((m,), (4,), sa_at), SCALE_VECTOR, ldq, x2
+        alpha_x = 1.0
+    else:
+        if ws_bytes:
+            partials, counters = workspace(_splitk_workspace, ws_bytes, n_counters)
+        else:
+            partials, counters = nothing, outs[0]._view((0,), (4,), dtype=_U32)
+        xq, lda = parts[0].a, parts[0].lda
+        alpha_x, sa, sa_mode = sx[0], sx[1] if sx[1] is not None else nothing, sx[2]
+        xf = outs[0]._view((0, 0), (2, 2), dtype=_U16)
+    pairs = [output_pair(o._view((1, m, n), (m * n * o.itemsize, n * o.itemsize, o.itemsize)),
+                         kind) for o, n in zip(outs, widths)]
+    args = ((xf, xq, sa) + tuple(p.b for p in parts) + tuple(p[0] for p in pairs)
+            + tuple(p[1] for p in pairs)
+            + (partials if ws_bytes else nothing, counters, m, hidden, lda)
+            + tuple(p.ldb for p in parts)
+            + (n_q, n_kv, tiles_q, tiles_kv, k_chunk, splits, kind, int(vec_ok), int(out_vec))
+            + tuple(alpha_x * s[0] for s in scales) + (sa_mode,)
+            + tuple(nothing if s[1] is None else s[1] for s in scales)
+            + tuple(s[2] for s in scales)
+            + tuple(nothing if b is None else b for b in biases)
+            + (sum(1 << g for g, b in enumerate(biases) if b is not None),))
+    Plan.of(kdef, grid, (kdef.threads,), kdef.shared_bytes).launch(*args)
+
+
+def qkv_project_int8_ref(x, w_q, w_k, w_v, scale_q, scale_k, scale_v, x_scale=None,
+                         bias=None) -> tuple:
+    """float64 NumPy reference: an int8 ``x`` with ``x_scale``, or a float x quantized per
+    token by :func:`kaionb.kernels.quantize.quantize_int8_ref` (float64: it can round a
+    tie one step from the kernels' float32), then :func:`matmul_int8_ref` per weight."""
+    x = np.asarray(x)
+    rows_shape = x.shape[:-1]
+    if x.dtype != np.int8:
+        q, s = quantize_int8_ref(x.reshape(-1, x.shape[-1]), axis=0)
+        x, x_scale = q.reshape(x.shape), s.reshape(rows_shape)
+    biases = bias if bias is not None else (None,) * 3
+    return tuple(matmul_int8_ref(x, w, (x_scale, s), b)
+                 for w, s, b in zip((w_q, w_k, w_v), (scale_q, scale_k, scale_v), biases))
+
+
+def qkv_project_int8(x, w_q, w_k, w_v, scale_q, scale_k, scale_v, *, x_scale=None, bias=None,
+                     out=None, dtype=None) -> tuple:
+    """The attention input projections of a W8A8 model, ``(x @ w_q, x @ w_k, x @ w_v)``
+    scaled, in one launch: ``q [..., N_q], k [..., N_kv], v [..., N_kv]``.
+
+    ``x`` [..., hidden]: float16 / bfloat16 (quantized per token inside the kernel for up
+    to FUSED_QUANTIZE_MAX_M rows, by :func:`kaionb.quantize_int8` first above that), or
+    int8 with ``x_scale`` (a float, a 0-d float32 array or float32 of shape
+    ``x.shape[:-1]``). ``w_q`` int8 [hidden, N_q], ``w_k`` and ``w_v`` int8 [hidden, N_kv]
+    (GQA: N_kv may differ from N_q); fastest as the ``w.T`` views of row-major [N, hidden]
+    checkpoint weights. ``scale_q/k/v``: each weight's scale, per tensor (a float or 0-d
+    float32 array) or per output channel (float32 [N]). ``bias``: None or a tuple of three,
+    each None or [N] (f32, f16 or bf16). The results are float16 / bfloat16 as a float x,
+    float32 for an int8 x, or ``dtype``; ``out``: a tuple of three C-contiguous arrays.
+    New results share one allocation.
+
+    On compute capability 9.0 more than DECODE_MAX_M rows run three wgmma GEMMs instead
+    (:func:`matmul_int8`), faster there than one mma.sync launch."""
+    return qkv_project_int8_fwd("qkv_project_int8", x, w_q, w_k, w_v, scale_q, scale_k,
+                                scale_v, x_scale=x_scale, bias=bias, out=out, dtype=dtype)

@@ -327,12 +327,24 @@ class _Recording:
         if self.reason is not None or _overlapping(self.bases):
             return None
         if type(result) is tuple:
-            indices = tuple(self._index(r) for r in result)
+            indices = tuple(self._result(r) for r in result)
         else:
-            indices = self._index(result)
+            indices = self._result(result)
         if self.reason is not None:
             return None
         return _Replay(tuple(self.steps), indices)
+
+    def _result(self, array):
+        """How a replay finds a result: its base's index, or for a view into one (several
+        results carved from one allocation) (index, byte offset, shape, strides, dtype)."""
+        for i, base in enumerate(self.bases):
+            if base is array:
+                return i
+        where = self._locate(array)
+        if where is None:
+            self.unrecordable("a result the call neither got nor allocated")
+            return -1
+        return (*where, array.shape, array.strides, array.dtype)
 
 
 def _span(array) -> tuple:
@@ -368,8 +380,17 @@ class _Replay:
             STATE.capture.keep(bases)
         result = self.result
         if type(result) is tuple:
-            return tuple(bases[i] for i in result)
-        return bases[result]
+            return tuple(_result(bases, r) for r in result)
+        return _result(bases, result)
+
+
+def _result(bases, where):
+    """A replay's result: ``bases[where]``, or the view ``where`` describes
+    (:meth:`_Recording._result`)."""
+    if type(where) is int:
+        return bases[where]
+    i, offset, shape, strides, dtype = where
+    return bases[i]._view(shape, strides, offset, dtype)
 
 
 class _Allocate(NamedTuple):

@@ -26,9 +26,9 @@ import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
 from ..array import normalize_dtype, zeros
-from ..ptx_patches import device_function
 from ..validation import as_array, check_contiguous, check_same_device, fail
 from .helpers import block_max
+from .helpers.int8 import QMAX, inverse_scale, quantize_value
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
@@ -43,18 +43,9 @@ from .helpers.rowwise import (
 from .launch import kernel
 from .op import C_CONTIGUOUS, LAST_AXIS, Plan, fast_path, output, outputs, run
 
-QMAX = 127.0
-ROUND_MAGIC = 12582912.0  # 1.5·2^23: v + M − M rounds v to an integer, half to even
 TENSOR, ROW, COL = 0, 1, 2
 # Rows each block of the column absmax kernel folds before its atomic update.
 COL_ROWS_PER_BLOCK = 64
-
-
-@device_function
-def _inverse_scale(bits):
-    """127 / max|x| for the max's float bits; 0 for an all-zero group (q = 0)."""
-    m = f32_from_bits(bits)
-    return float32(QMAX) / m if m > float32(0.0) else float32(0.0)
 
 
 def _make_absmax_kernel(codec, name):
@@ -136,7 +127,7 @@ def _make_quantize_int8_kernel(codec, name):
             head = int64(q_head(q, r))
             nv = (head + n + 15) // 16
             g = r if mode == ROW else int64(0)
-            inv_g = _inverse_scale(amax[g])
+            inv_g = inverse_scale(f32_from_bits(amax[g]))
             for v in range(first, nv, stride):
                 e0 = v * 16 - head
                 for s in range(SUB):
@@ -147,12 +138,11 @@ def _make_quantize_int8_kernel(codec, name):
                     e = e0 + j
                     inv = inv_g
                     if mode == COL and 0 <= e < n:
-                        inv = _inverse_scale(amax[e])
+                        inv = inverse_scale(f32_from_bits(amax[e]))
                         if r == 0:
                             scale[e] = f32_from_bits(amax[e]) * float32(1.0 / QMAX)
-                    t = min(max(f[j] * inv, float32(-QMAX)), float32(QMAX))
-                    t = (t + float32(ROUND_MAGIC)) - float32(ROUND_MAGIC)
-                    w[j // 4] |= (uint32(int32(t)) & uint32(0xFF)) << uint32(8 * (j % 4))
+                    t = quantize_value(f[j], inv)
+                    w[j // 4] |= (uint32(t) & uint32(0xFF)) << uint32(8 * (j % 4))
                 q_store(q, r, e0, n, (w[0], w[1], w[2], w[3]))
                 # The thread holding element 0 of the group's first row writes its scale.
                 if mode != COL and e0 <= 0 and (mode == ROW or r == 0):

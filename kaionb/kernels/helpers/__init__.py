@@ -5,6 +5,8 @@
 - :mod:`.tiles`      swizzled shared tiles and the cp.async tile loader
 - :mod:`.epilogue`   f32 accumulators (fragments or a staged shared tile) -> f16 / bf16 /
                      f32 stores
+- :mod:`.gemm_block` one block's mma.sync GEMM tile: mainloop, split-K fold, stores
+- :mod:`.int8`       symmetric INT8 quantization arithmetic, per-row quantization by a block
 - :mod:`.vector`     128-bit vector loads and stores
 - :mod:`.rowwise`    row kernels' building blocks: per-dtype 16-byte codecs (load, store,
                      unpack to / pack from f32), [rows, n] views and launch plans
