@@ -159,13 +159,10 @@ def _make_matmul_kernel(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str
                            kind, vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode,
                            bias, has_bias):
         bz = int32(cuda.blockIdx.z) // splits
-        tile_id = ((bz * int32(cuda.gridDim.y) + int32(cuda.blockIdx.y))
-                   * int32(cuda.gridDim.x) + int32(cuda.blockIdx.x))
-        gemm_block(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits,
-                   kind, vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode, bias,
-                   has_bias, int32(cuda.blockIdx.y) * block_tile[0],
-                   int32(cuda.blockIdx.x) * block_tile[1], bz, int32(cuda.blockIdx.z) % splits,
-                   tile_id)
+        gemm_block(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits, kind,
+                   vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode, bias, has_bias,
+                   int32(cuda.blockIdx.y) * block_tile[0], int32(cuda.blockIdx.x) * block_tile[1],
+                   bz, int32(cuda.blockIdx.z) - bz * splits)  # z % splits, no signed rem
 
     _matmul_fwd_kernel.threads = gemm_block.THREADS
     _matmul_fwd_kernel.shared_bytes = gemm_block.SHARED_BYTES

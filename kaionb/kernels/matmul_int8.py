@@ -254,7 +254,7 @@ def _make_qkv_kernel(x_kind: str, loads: str, tile: str):
     """Q, K and V of one activation in one launch: the grid's x covers the N tiles of w_q,
     then w_k, then w_v, and each block runs :func:`helpers.gemm_block.make_gemm_block` on its
     weight, output, scales and bias (the three share A, K and the split-K workspace;
-    ``tile_id`` is unique across them). Arguments:
+    the split-K tile numbers, from the grid, are unique across them). Arguments:
 
     xf         f16 / bf16 x [M, K] for x_kind "f16"/"bf16" (quantized here), else unused
     xq, sa     the int8 x as storage [1, M, lda] and its row scales (sa_mode); for a float
@@ -313,8 +313,7 @@ def _make_qkv_kernel(x_kind: str, loads: str, tile: str):
                                                               sb_v, sb_mode_v, bias_v)
         gemm_block(xq, w, o32, o16, ws, counters, M, n, K, lda, ldb, k_chunk, splits, kind,
                    vec_ok, out_vec, alpha, sa, sa_mode, sb, sb_mode, bias, (has_bias >> g) & 1,
-                   m0, n0, int64(0), split,
-                   int32(cuda.blockIdx.y) * int32(cuda.gridDim.x) + bx)
+                   m0, n0, int64(0), split)
 
     _qkv_project_int8_fwd_kernel.threads = gemm_block.THREADS
     _qkv_project_int8_fwd_kernel.shared_bytes = gemm_block.SHARED_BYTES

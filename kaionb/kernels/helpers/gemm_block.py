@@ -26,15 +26,18 @@ def make_gemm_block(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str, ti
                     fold_group: int):
     """``gemm_block(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits,
     kind, vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode, bias, has_bias, m0,
-    n0, bz, split, tile_id)`` for the pipeline ``mma_pipeline(operand, a_kmajor, b_kmajor,
+    n0, bz, split)`` for the pipeline ``mma_pipeline(operand, a_kmajor, b_kmajor,
     loads, tile)``, called by every thread of the block:
 
     a, b         storage matrices [batch, rows, cols] of the pipeline; ``bz`` the batch entry
     out32, out16 the output [batch, M, N] (f32 for kind OUT_F32, else f16/bf16 bits; indexed
                  here, not by the caller: a 2-D view made before the mainloop would hold
                  its registers through it — 80 -> 96 for the s8 decode16 tile on sm_90a)
-    ws, counters split-K workspace and arrival counters (``splits`` > 1); ``tile_id``
-                 numbers the output tile uniquely within the launch
+    ws, counters split-K workspace and arrival counters (``splits`` > 1), one per output
+                 tile, numbered (bz · gridDim.y + blockIdx.y) · gridDim.x + blockIdx.x: the
+                 grid's x and y must name each output tile of a batch entry once (computed
+                 after the mainloop: passed in, it held registers through it and spilled
+                 the sync tiles, 4-8 bytes)
     m0, n0       the tile's first row and column; ``split`` covers K from split·k_chunk
     alpha … has_bias   s8 only: the dequantization (helpers.epilogue.dequantize_row_chunk8)
 
@@ -52,7 +55,7 @@ def make_gemm_block(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str, ti
     @device_function
     def gemm_block(a, b, out32, out16, ws, counters, M, N, K, lda, ldb, k_chunk, splits, kind,
                    vec_ok, out_vec, alpha, scale_a, sa_mode, scale_b, sb_mode, bias, has_bias,
-                   m0, n0, bz, split, tile_id):
+                   m0, n0, bz, split):
         smem = cuda.shared.array(0, uint8)
         acc = cuda.local.array((MT, NT, 4), ACC)  # [m16 tile][n8 tile][C fragment]
         for i in range(MT):
@@ -71,6 +74,8 @@ def make_gemm_block(operand: str, a_kmajor: bool, b_kmajor: bool, loads: str, ti
         stage_accumulators(cs, acc)
         cuda.syncthreads()
         if splits > 1:
+            tile_id = ((bz * int32(cuda.gridDim.y) + int32(cuda.blockIdx.y))
+                       * int32(cuda.gridDim.x) + int32(cuda.blockIdx.x))
             if not fold(ws, counters, cs, tile_id, split, splits, M - m0, N - n0, BM, BN, CS,
                         THREADS):
                 return  # not the last split of this tile: the last one writes it
