@@ -30,3 +30,24 @@ def median_ms(fn, *, warmup=5, repeats=50):
     driver.cuEventDestroy(start)
     driver.cuEventDestroy(stop)
     return statistics.median(times)
+
+
+def batched_ms(fn, *, reps=20, batches=7):
+    """Median ms per call of ``fn`` over ``batches`` batches of ``reps`` back-to-back calls
+    bracketed by CUDA events: host time counts where it exceeds the GPU's (decode calls)."""
+    from cuda.bindings import driver
+
+    stream = kaionb.current_stream().handle
+    start = driver.cuEventCreate(0)[1]
+    stop = driver.cuEventCreate(0)[1]
+    samples = []
+    for _ in range(batches):
+        driver.cuEventRecord(start, stream)
+        for _ in range(reps):
+            fn()
+        driver.cuEventRecord(stop, stream)
+        driver.cuEventSynchronize(stop)
+        samples.append(driver.cuEventElapsedTime(start, stop)[1] / reps)
+    driver.cuEventDestroy(start)
+    driver.cuEventDestroy(stop)
+    return statistics.median(samples)

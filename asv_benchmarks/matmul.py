@@ -5,6 +5,8 @@ same shape, so both paths have a history."""
 
 import numpy as np
 
+from .common import batched_ms
+
 
 class TimeMatmul:
     params = (["f16", "bf16"],
@@ -51,19 +53,6 @@ class TimeMatmul:
     def _cublas(self):
         return self.torch.matmul(self.a, self.b)
 
-    def _ms(self, fn, reps=20):
-        torch = self.torch
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = []
-        for _ in range(7):
-            start.record()
-            for _ in range(reps):
-                fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) / reps)
-        return float(np.median(samples))
-
     def time_kaionb(self, dtype, shape):
         self._kaionb()
         self.torch.cuda.synchronize()
@@ -73,16 +62,16 @@ class TimeMatmul:
         self.torch.cuda.synchronize()
 
     def track_tflops(self, dtype, shape):
-        return self.flops / self._ms(self._kaionb) / 1e9
+        return self.flops / batched_ms(self._kaionb) / 1e9
 
     track_tflops.unit = "TFLOP/s"
 
     def track_ratio_to_cublas(self, dtype, shape):
-        return self._ms(self._cublas) / self._ms(self._kaionb)
+        return batched_ms(self._cublas) / batched_ms(self._kaionb)
 
     track_ratio_to_cublas.unit = "ratio"
 
     def track_mma_sync_ratio_to_cublas(self, dtype, shape):
-        return self._ms(self._cublas) / self._ms(self._mma_sync)
+        return batched_ms(self._cublas) / batched_ms(self._mma_sync)
 
     track_mma_sync_ratio_to_cublas.unit = "ratio"

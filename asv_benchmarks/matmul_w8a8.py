@@ -4,6 +4,8 @@ at decode shapes (K = 8192, N = 28672; ``torch._int_mm`` needs M > 16)."""
 
 import numpy as np
 
+from .common import batched_ms
+
 
 class TimeMatmulInt8:
     params = (["2048", "4096", "8192", "decode1", "decode16", "decode32"],)
@@ -45,19 +47,6 @@ class TimeMatmulInt8:
             return self.torch._int_mm(self.a, self.w.T)
         return self.x @ self.wf.T
 
-    def _ms(self, fn, reps=20):
-        torch = self.torch
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = []
-        for _ in range(7):
-            start.record()
-            for _ in range(reps):
-                fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) / reps)
-        return float(np.median(samples))
-
     def time_kaionb(self, shape):
         self._ours()
         self.torch.cuda.synchronize()
@@ -67,13 +56,13 @@ class TimeMatmulInt8:
         self.torch.cuda.synchronize()
 
     def track_tops(self, shape):
-        return self.ops / self._ms(self._ours) / 1e9
+        return self.ops / batched_ms(self._ours) / 1e9
 
     track_tops.unit = "TOPS"
 
     def track_ratio_to_baseline(self, shape):
         """torch._int_mm (M > 16) or the f16 GEMM (M ≤ 16) time / ours."""
-        return self._ms(self._baseline) / self._ms(self._ours)
+        return batched_ms(self._baseline) / batched_ms(self._ours)
 
     track_ratio_to_baseline.unit = "ratio"
 
@@ -113,14 +102,12 @@ class TimeQkvProjectInt8:
     def _baseline(self):
         return [self.x @ w.T for w in self.wf]
 
-    _ms = TimeMatmulInt8._ms
-
     def time_kaionb(self, m):
         self._ours()
         self.torch.cuda.synchronize()
 
     def track_ratio_to_baseline(self, m):
         """Three f16 GEMMs' time / ours (eager calls, host time included)."""
-        return self._ms(self._baseline) / self._ms(self._ours)
+        return batched_ms(self._baseline) / batched_ms(self._ours)
 
     track_ratio_to_baseline.unit = "ratio"

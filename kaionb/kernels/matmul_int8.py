@@ -37,7 +37,7 @@ from numba import cuda, int32, int64
 
 from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
-from ..array import DeviceArray, bfloat16, empty
+from ..array import DeviceArray, _contiguous_strides, bfloat16, empty
 from ..validation import as_array, check_contiguous, check_same_device, fail
 from . import matmul_hopper
 from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR
@@ -352,16 +352,8 @@ def _qkv_outputs(op: str, out, rows_shape: tuple, widths: tuple, dtype, x: Devic
     for size in sizes[:-1]:
         offsets.append(offsets[-1] + -(-size // 16) * 16)
     buffer = empty((-(-(offsets[-1] + sizes[-1]) // dtype.itemsize),), dtype)
-    return tuple(buffer._view(s, _c_strides(s, dtype.itemsize), at)
+    return tuple(buffer._view(s, _contiguous_strides(s, dtype.itemsize), at)
                  for s, at in zip(shapes, offsets))
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
 
 
 @fast_path
