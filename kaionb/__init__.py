@@ -24,6 +24,14 @@ from .kernels.matmul import (
     matmul_tc_bf16,
     matmul_tc_bf16_async,
 )
+from .kernels.matmul_int4 import (
+    Int4Weight,
+    dequantize_int4,
+    matmul_int4,
+    pack_int4,
+    qkv_project_int4,
+    quantize_int4,
+)
 from .kernels.matmul_int8 import matmul_int8, qkv_project_int8
 from .kernels.norms import layer_norm, rms_norm
 from .kernels.quantize import dequantize_int8, quantize_int8
@@ -35,10 +43,12 @@ __version__ = "0.1.0"
 __all__ = [
     "DeviceArray",
     "Graph",
+    "Int4Weight",
     "Stream",
     "asarray",
     "bfloat16",
     "current_stream",
+    "dequantize_int4",
     "dequantize_int8",
     "empty",
     "empty_like",
@@ -51,12 +61,16 @@ __all__ = [
     "grad",
     "layer_norm",
     "matmul",
+    "matmul_int4",
     "matmul_int8",
+    "pack_int4",
+    "qkv_project_int4",
     "qkv_project_int8",
     "matmul_tc",
     "matmul_tc_async",
     "matmul_tc_bf16",
     "matmul_tc_bf16_async",
+    "quantize_int4",
     "quantize_int8",
     "random",
     "rms_norm",

@@ -117,6 +117,11 @@ def k_int4(u, f):
     u[0], u[1], u[2], u[3] = P.int4x8_to_f16x2x4(u[4])
 
 
+def k_int4_offset(u, f):
+    u[0], u[1], u[2], u[3] = P.int4x8_to_f16x2x4_offset(u[4], u[5], u[6])
+    u[4], u[5], u[6], u[7] = P.int4x8_to_bf16x2x4_offset(u[0], u[1], u[2])
+
+
 def k_fast_math(u, f):
     f[0] = P.ex2_approx_f32(f[0])
     f[1] = P.tanh_approx_f32(f[1])
@@ -265,6 +270,8 @@ CASES = {
         False,
     ),
     "int4": (k_int4, ["xor.b32", "prmt.b32", "lop3.b32", "fma.rn.f16x2"], False),
+    "int4_offset": (k_int4_offset, ["xor.b32", "shr.b32", "prmt.b32", "lop3.b32",
+                                    "fma.rn.f16x2", "fma.rn.bf16x2"], False),
     "fast_math": (
         k_fast_math,
         ["ex2.approx.ftz.f32", "tanh.approx.f32", "rcp.approx.ftz.f32", "rsqrt.approx.ftz.f32",
@@ -703,6 +710,38 @@ def test_int4_dequant_sign_extension_and_nibble_order():
     got = out.copy_to_host()
     np.testing.assert_array_equal(got, int4_ref(w))
     assert np.all(got[0] == _pack16(_f16_bits(-8.0), _f16_bits(-8.0)))
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_int4_offset_dequant_subtracts_each_columns_zero(dtype):
+    """Output j = nibbles 2j, 2j+1 minus the zero of column a (j < 2) or b (j >= 2)."""
+    convert = (P.int4x8_to_f16x2x4_offset if dtype == "f16"
+               else P.int4x8_to_bf16x2x4_offset)
+
+    @cuda.jit
+    def k(w, off, out):
+        i = cuda.grid(1)
+        if i < w.shape[0]:
+            out[i, 0], out[i, 1], out[i, 2], out[i, 3] = convert(w[i], off[i, 0], off[i, 1])
+
+    n = 4096
+    w = RNG.integers(0, 2**32, n, dtype=np.uint32)
+    w[:16] = np.array([0x88888888, 0x77777777, 0xFFFFFFFF, 0] * 4, np.uint32)
+    zeros = RNG.integers(-8, 8, (n, 2))
+    zeros[:4] = [[-8, 7], [7, -8], [0, 0], [-8, -8]]
+    bits = _f16_bits if dtype == "f16" else _bf16_bits
+    lo = -(1032 + zeros) if dtype == "f16" else -(136 + zeros)
+    hi = -(72 + zeros) if dtype == "f16" else -(136 + zeros)
+    off = _pack16(bits(lo.astype(np.float32)), bits(hi.astype(np.float32)))
+    out = cuda.to_device(np.full((n, 4), POISON, np.uint32))
+    k[(n + 127) // 128, 128](cuda.to_device(w), cuda.to_device(off), out)
+    nib = (w[:, None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF
+    val = np.where(nib >= 8, nib.astype(np.int64) - 16, nib.astype(np.int64))
+    val = val - np.repeat(zeros, 4, axis=1)  # nibbles 0-3: column a, 4-7: column b
+    expect = bits(val.astype(np.float32)).astype(np.uint32)
+    np.testing.assert_array_equal(out.copy_to_host(), expect[:, 0::2] | (expect[:, 1::2] << 16))
 
 
 @gpu

@@ -58,7 +58,9 @@ from .convert import (
     cvt_rn_f16_s8,
     cvt_rn_f16x2_f32,
     f16x2_to_f32x2,
+    int4x8_to_bf16x2x4_offset,
     int4x8_to_f16x2x4,
+    int4x8_to_f16x2x4_offset,
     lop3_b32,
     prmt_b32,
 )

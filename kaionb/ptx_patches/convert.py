@@ -1,4 +1,5 @@
-"""Conversions and bit packing: f32 ↔ f16x2/bf16x2, s8 → f16, INT4 → f16x2, prmt, lop3.
+"""Conversions and bit packing: f32 ↔ f16x2/bf16x2, s8 → f16, INT4 → f16x2 / bf16x2, prmt,
+lop3.
 
 PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cvt
 (and ``prmt``, ``lop3``, ``fma.rn.f16x2`` in the integer / half-precision sections).
@@ -103,4 +104,59 @@ int4x8_to_f16x2x4 = ptx_instruction(
     doc="Eight signed 4-bit weights (weight k in bits 4k..4k+3, GPTQ order) -> four "
     "f16x2 (weights 2j, 2j+1 in output j, low half first), exact. Emits ``xor.b32``, "
     "then per pair ``prmt.b32`` + ``lop3.b32`` + ``fma.rn.f16x2``.",
+)
+
+
+# With a zero point: the same conversion with the fma's addend in registers, one per
+# column. A word of the W4A16 fragment layout (kernels.helpers.int4) holds four weights of
+# column a (outputs 0, 1) and four of column b (outputs 2, 3); ``off_a`` / ``off_b`` are
+# the f16x2 {-(1032 + z), -(72 + z)} of each column's zero z (-8..7), so the result is
+# n - z, exact (|n - z| <= 15).
+int4x8_to_f16x2x4_offset = ptx_instruction(
+    "int4x8_to_f16x2x4_offset",
+    "{ .reg .b32 u, t, scale;\n"
+    " mov.b32 scale, 0x2c003c00;\n"
+    " xor.b32 u, $4, 0x88888888;\n"
+    " prmt.b32 t, u, 0, 0x4040; lop3.b32 t, t, 0x00f0000f, 0x64006400, 0xea;\n"
+    " fma.rn.f16x2 $0, t, scale, $5;\n"
+    " prmt.b32 t, u, 0, 0x4141; lop3.b32 t, t, 0x00f0000f, 0x64006400, 0xea;\n"
+    " fma.rn.f16x2 $1, t, scale, $5;\n"
+    " prmt.b32 t, u, 0, 0x4242; lop3.b32 t, t, 0x00f0000f, 0x64006400, 0xea;\n"
+    " fma.rn.f16x2 $2, t, scale, $6;\n"
+    " prmt.b32 t, u, 0, 0x4343; lop3.b32 t, t, 0x00f0000f, 0x64006400, 0xea;\n"
+    " fma.rn.f16x2 $3, t, scale, $6; }",
+    outputs=_U32x4,
+    inputs=(types.uint32, types.uint32, types.uint32),
+    instruction="prmt/lop3/fma.rn.f16x2 INT4 dequant, zero in the addend",
+    doc="(word, off_a, off_b) -> four f16x2: as :data:`int4x8_to_f16x2x4` but output j "
+    "is ``fma(t, {1, 1/16}, off)`` with ``off_a`` for j = 0, 1 and ``off_b`` for j = 2, 3 "
+    "(f16x2 {-(1032 + z), -(72 + z)} subtracts a zero point z as well).",
+)
+
+# bf16 has 7 mantissa bits: 0x4300 (128.0) | n reads as 128 + n for a nibble in the low 4
+# bits, but a nibble in bits 4-7 would reach the exponent. So the high nibble of each byte
+# is shifted down first (v = u >> 4) and prmt takes byte j of u into byte 0 and byte j of v
+# into byte 2; lop3 keeps their low nibbles, ORs in 0x4300, and fma.rn.bf16x2 by 1 adds
+# -(136 + z): exact.
+int4x8_to_bf16x2x4_offset = ptx_instruction(
+    "int4x8_to_bf16x2x4_offset",
+    "{ .reg .b32 u, v, t, one;\n"
+    " mov.b32 one, 0x3f803f80;\n"
+    " xor.b32 u, $4, 0x88888888; shr.b32 v, u, 4;\n"
+    " prmt.b32 t, u, v, 0x0400; lop3.b32 t, t, 0x000f000f, 0x43004300, 0xea;\n"
+    " fma.rn.bf16x2 $0, t, one, $5;\n"
+    " prmt.b32 t, u, v, 0x0501; lop3.b32 t, t, 0x000f000f, 0x43004300, 0xea;\n"
+    " fma.rn.bf16x2 $1, t, one, $5;\n"
+    " prmt.b32 t, u, v, 0x0602; lop3.b32 t, t, 0x000f000f, 0x43004300, 0xea;\n"
+    " fma.rn.bf16x2 $2, t, one, $6;\n"
+    " prmt.b32 t, u, v, 0x0703; lop3.b32 t, t, 0x000f000f, 0x43004300, 0xea;\n"
+    " fma.rn.bf16x2 $3, t, one, $6; }",
+    outputs=_U32x4,
+    inputs=(types.uint32, types.uint32, types.uint32),
+    instruction="shr/prmt/lop3/fma.rn.bf16x2 INT4 dequant, zero in the addend",
+    doc="(word, off_a, off_b) -> four bf16x2 (weights 2j, 2j+1 of the eight signed "
+    "nibbles in output j, low half first), each ``n - z``: ``off_a`` (j = 0, 1) and "
+    "``off_b`` (j = 2, 3) are the bf16x2 {-(136 + z), -(136 + z)} of a zero point z. "
+    "Emits ``xor.b32``, ``shr.b32``, then per pair ``prmt.b32`` + ``lop3.b32`` + "
+    "``fma.rn.bf16x2``.",
 )

@@ -1,0 +1,306 @@
+"""W4A16 on the tensor cores: the packed INT4 weight layout, its dequantization into mma
+fragments, and one block's weight-streaming GEMM over it (``kernels.matmul_int4``).
+
+The layout (made once on the host by ``kernels.matmul_int4``; K_pad is K rounded up to
+UNIT_K = 64, N_pad is N rounded up to 16):
+
+qweight  uint32 [N_pad / 16, K_pad / 64 · 128]. Row s is the *strip* of columns
+         16s .. 16s + 15; each 128-word *unit* covers 64 rows of K. In unit u, lane l of a
+         warp reads words 4l .. 4l + 3 in one 16-byte load; word i holds the lane's share of
+         the m16n8k16 B fragments (helpers.fragments) of k16 step 4u + i for both 8-column
+         halves of the strip. With g = l // 4, t = l % 4, k = 64u + 16i + 2t, nibble j is
+             j = 0, 1: W[k + j, 16s + g]          j = 2, 3: W[k + 8 + j - 2, 16s + g]
+             j = 4 .. 7: the same four rows of column 16s + 8 + g
+         stored as the signed 4-bit n = q - 8 (q the unsigned GPTQ code, 0 .. 15), so one
+         ``int4x8_to_*_offset`` turns a word into the four B registers of two mma.
+scales   uint32 [groups_pad, N_pad / 2]: word 8s + g holds the f16 scales of columns
+         16s + g (low half) and 16s + 8 + g (high half) — the two columns of the lane's
+         words.
+zeros    uint32, same shape (asymmetric weights only): bytes 0 and 1 of word 8s + g are
+         the int8 z - 8 of the same two columns (z the GPTQ zero point, 0 .. 16).
+
+Weight (k, c) = scale · (q - z) = scale · (n - (z - 8)): the conversion's fma yields the
+exact n - (z - 8) (|.| ≤ 16), then one multiply by the scale in f16 / bf16 rounds it once —
+the same bits :func:`kaionb.dequantize_int4` writes. Groups are along K (GPTQ): a group of
+32 or more rows covers half a unit or more, so a unit needs the scales of at most two
+groups (rows 64u and 64u + 32).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32, int32, int64, uint16, uint32
+
+from kaionb.ptx_patches import (
+    cp_async_cg_16,
+    cp_async_commit_group,
+    cp_async_wait_all,
+    cvt_rn_bf16x2_f32,
+    cvt_rn_f16x2_f32,
+    device_function,
+    f16x2_to_f32x2,
+    fma_rn_bf16x2,
+    fma_rn_f16x2,
+    global_addr,
+    int4x8_to_bf16x2x4_offset,
+    int4x8_to_f16x2x4_offset,
+    ld_global_nc_v4_u32,
+    ldmatrix_x4,
+    mma_m16n8k16_f32_bf16,
+    mma_m16n8k16_f32_f16,
+    prmt_b32,
+    shared_addr,
+    st_shared_v4_u32,
+)
+
+from .epilogue import make_splitk_fold, store_row_chunk8
+from .tiles import chunk_coords
+
+UNIT_K = 64  # rows of K per unit (one 16-byte load per lane)
+STRIP_N = 16  # columns per strip (one warp's share of a block)
+WORDS_PER_UNIT = 128
+MIN_GROUP = 32  # a unit reads at most two groups' scales
+WARPS = 8
+THREADS = 32 * WARPS
+BLOCK_N = STRIP_N * WARPS
+# Columns of x staged in shared memory per step, by m16 tiles per block: ~16 KB a stage
+# (two in flight), so the k-chunk of a block is not bounded by shared memory.
+STAGE_K = {1: 512, 2: 256, 4: 128}
+# Units whose loads each lane has in flight ahead of the one it computes (registers:
+# 8 per unit). 4 units × 16 bytes × 256 threads = 16 KB per block in flight.
+PREFETCH_UNITS = {1: 4, 2: 4, 4: 2}
+NEG_ZERO_X2 = 0x80008000  # -0.0 in both halves (f16 and bf16): a·b + (-0) = a·b, rounded once
+
+
+@device_function
+def _zero_of(zword, which):
+    """The signed byte ``which`` (0 or 1) of a zeros word: z - 8 of column a or b."""
+    z = int32((zword >> uint32(8 * which)) & uint32(0xFF))
+    return z - 256 if z >= 128 else z
+
+
+def _make_word_dequantizer(act: str):
+    """(column_setup, dequantize_word) for f16 or bf16 fragments."""
+    BF16 = act == "bf16"
+    convert = int4x8_to_bf16x2x4_offset if BF16 else int4x8_to_f16x2x4_offset
+    fma2 = fma_rn_bf16x2 if BF16 else fma_rn_f16x2
+
+    @device_function
+    def column_setup(sword, zword, has_zero):
+        """(off_a, off_b, scale_a2, scale_b2) of a lane's two columns for one group: the
+        conversion addends (zero points, ptx_patches.convert) and each scale in both
+        halves."""
+        za = _zero_of(zword, 0) if has_zero != 0 else int32(0)
+        zb = _zero_of(zword, 1) if has_zero != 0 else int32(0)
+        if BF16:
+            off_a = cvt_rn_bf16x2_f32(float32(-136 - za), float32(-136 - za))
+            off_b = cvt_rn_bf16x2_f32(float32(-136 - zb), float32(-136 - zb))
+            sa, sb = f16x2_to_f32x2(sword)  # f16 scales, exactly
+            return off_a, off_b, cvt_rn_bf16x2_f32(sa, sa), cvt_rn_bf16x2_f32(sb, sb)
+        off_a = cvt_rn_f16x2_f32(float32(-1032 - za), float32(-72 - za))
+        off_b = cvt_rn_f16x2_f32(float32(-1032 - zb), float32(-72 - zb))
+        return off_a, off_b, prmt_b32(sword, uint32(0), uint32(0x1010)), prmt_b32(
+            sword, uint32(0), uint32(0x3232))
+
+    @device_function
+    def dequantize_word(word, off_a, off_b, scale_a2, scale_b2):
+        """One packed word -> (b0, b1) for column a's n8 half, (b2, b3) for column b's:
+        scale · (n - z) as f16x2 / bf16x2."""
+        v = convert(word, off_a, off_b)
+        neg0 = uint32(NEG_ZERO_X2)
+        return (fma2(v[0], scale_a2, neg0), fma2(v[1], scale_a2, neg0),
+                fma2(v[2], scale_b2, neg0), fma2(v[3], scale_b2, neg0))
+
+    return column_setup, dequantize_word
+
+
+@functools.lru_cache(maxsize=None)
+def word_dequantizer(act: str):
+    """The (column_setup, dequantize_word) pair of :func:`_make_word_dequantizer`."""
+    return _make_word_dequantizer(act)
+
+
+@device_function
+def fetch_unit(w, scales, zeros, strip, word0, s_col, kk, gshift, has_zero):
+    """A lane's loads for one unit starting at row ``kk``: its four weight words (one
+    16-byte read-only load at word ``word0`` of the strip) and the scale / zeros words of
+    the groups of rows kk and kk + 32 — 8 words."""
+    v = ld_global_nc_v4_u32(global_addr(w, (int64(strip), int64(word0))))
+    g_lo, g_hi = kk >> gshift, (kk + MIN_GROUP) >> gshift
+    s_lo, s_hi = scales[g_lo, s_col], scales[g_hi, s_col]
+    z_lo = z_hi = uint32(0)
+    if has_zero != 0:
+        z_lo, z_hi = zeros[g_lo, s_col], zeros[g_hi, s_col]
+    return v[0], v[1], v[2], v[3], s_lo, s_hi, z_lo, z_hi
+
+
+@functools.lru_cache(maxsize=None)
+def make_int4_block(act: str, MT: int):
+    """``int4_block(x, perm, w, scales, zeros, out32, out16, ws, counters, M, N, K, K_pad,
+    k_chunk, splits, kind, out_vec, x_vec, has_perm, has_zero, gshift, m0, strip0,
+    split)``: one block's share of ``out = x @ W`` for W in the packed layout (module
+    doc), called by every thread of a THREADS-thread block; ``act`` "f16" or "bf16" (x's
+    type, and the fragments'), MT m16 tiles of rows (BM = 16·MT).
+
+    The block owns rows m0 .. m0 + BM and strips strip0 .. strip0 + WARPS (one a warp),
+    over K rows split·k_chunk .. + k_chunk (a multiple of STAGE_K[MT]; K_pad at most).
+
+    x, perm      x [M, K] as uint16 bits (rows at any stride); with ``has_perm`` its
+                 columns are read in the order ``perm`` (act-order weights, stored sorted
+                 by group), else straight (16-byte cp.async where ``x_vec``: 16-byte
+                 aligned rows, K % 8 == 0)
+    w, scales, zeros   the packed weight; ``gshift`` log2 of the group size (31: one group)
+    out32, out16 [M, N] output for kind OUT_F32 / OUT_F16 / OUT_BF16 (``out_vec``: rows
+                 16-byte aligned and N % 8 == 0)
+    ws, counters split-K partials and arrival counters (helpers.epilogue.make_splitk_fold),
+                 one tile per (blockIdx.y, blockIdx.x)
+
+    x moves through shared memory in double-buffered stages of STAGE_K columns (zero
+    outside M and K), weights straight from global memory into registers,
+    PREFETCH_UNITS units ahead. THREADS and SHARED_BYTES are attributes."""
+    BM = 16 * MT
+    SKC = STAGE_K[MT]  # a constant for the device code (numba does not type the dict)
+    SK = SKC + 8  # halves per staged row: +16 bytes, so ldmatrix rows miss banks
+    STAGE_UNITS = SKC // UNIT_K
+    STAGE_CHUNKS = BM * (SKC // 8)
+    STAGE_BYTES = BM * SK * 2
+    P = PREFETCH_UNITS[MT]
+    CS = BLOCK_N + 4  # staged f32 C tile row stride
+    CHUNKS = BM * BLOCK_N // 8
+    SHARED_BYTES = max(2 * STAGE_BYTES, BM * CS * 4)
+    mma = mma_m16n8k16_f32_bf16 if act == "bf16" else mma_m16n8k16_f32_f16
+    column_setup, dequantize_word = word_dequantizer(act)
+    fold = make_splitk_fold(4)
+    assert STAGE_UNITS % P == 0
+
+    @device_function
+    def load_stage(stage_addr, smem16, x, perm, has_perm, x_vec, M, K, m0, k0, tid):
+        """Start copying x[m0:m0+BM, k0:k0+STAGE_K] (permuted columns with has_perm) into
+        the stage at ``stage_addr``; zeros outside x."""
+        for c in range(tid, STAGE_CHUNKS, THREADS):
+            r = c // (SKC // 8)
+            col = (c % (SKC // 8)) * 8
+            gr, gk = m0 + r, k0 + col
+            dst = stage_addr + uint32((r * SK + col) * 2)
+            if x_vec != 0 and has_perm == 0:
+                inside = gr < M and gk < K
+                src = global_addr(x, (gr, gk)) if inside else global_addr(x, (0, 0))
+                cp_async_cg_16(dst, src, uint32(16) if inside else uint32(0))
+            else:
+                h = cuda.local.array(8, uint32)
+                for e in range(8):
+                    h[e] = uint32(0)
+                    if gr < M and gk + e < K:
+                        src_col = perm[gk + e] if has_perm != 0 else gk + e
+                        h[e] = uint32(x[gr, src_col])
+                st_shared_v4_u32(dst, (h[0] | (h[1] << 16), h[2] | (h[3] << 16),
+                                       h[4] | (h[5] << 16), h[6] | (h[7] << 16)))
+
+    @device_function
+    def unit_mma(acc, a_addr, unit, has_zero):
+        """acc += one unit (its 4 words, 2 scale and 2 zeros words, as fetch_unit returns
+        them) times the staged x at ``a_addr`` (this lane's ldmatrix address at the
+        unit's first column)."""
+        for half in range(2):
+            off_a, off_b, sa2, sb2 = column_setup(unit[4 + half], unit[6 + half], has_zero)
+            for i2 in range(2):
+                i = 2 * half + i2
+                b = dequantize_word(unit[i], off_a, off_b, sa2, sb2)
+                for mt in range(MT):
+                    a = ldmatrix_x4(a_addr + uint32((mt * 16 * SK + 16 * i) * 2))
+                    d = mma(a, (b[0], b[1]), (acc[mt, 0, 0], acc[mt, 0, 1], acc[mt, 0, 2],
+                                              acc[mt, 0, 3]))
+                    acc[mt, 0, 0], acc[mt, 0, 1], acc[mt, 0, 2], acc[mt, 0, 3] = d
+                    d = mma(a, (b[2], b[3]), (acc[mt, 1, 0], acc[mt, 1, 1], acc[mt, 1, 2],
+                                              acc[mt, 1, 3]))
+                    acc[mt, 1, 0], acc[mt, 1, 1], acc[mt, 1, 2], acc[mt, 1, 3] = d
+
+    @device_function
+    def int4_block(x, perm, w, scales, zeros, out32, out16, ws, counters, M, N, K, K_pad,
+                   k_chunk, splits, kind, out_vec, x_vec, has_perm, has_zero, gshift, m0,
+                   strip0, split):
+        smem16 = cuda.shared.array(0, uint16)
+        base = shared_addr(smem16, 0)
+        tid = int32(cuda.threadIdx.x)
+        warp, lane = tid // 32, tid % 32
+        strip = strip0 + warp
+        live = strip < (N + STRIP_N - 1) // STRIP_N  # warps past N only join the barriers
+        k_begin = split * k_chunk
+        k_end = min(K_pad, k_begin + k_chunk)
+        units = (k_end - k_begin) // UNIT_K
+        stages = (k_end - k_begin + SKC - 1) // SKC
+        word0 = (k_begin // UNIT_K) * WORDS_PER_UNIT + lane * 4
+        s_col = strip * 8 + lane // 4
+        lane_off = uint32(((lane % 16) * SK + 8 * (lane // 16)) * 2)
+
+        acc = cuda.local.array((MT, 2, 4), float32)  # [m16 tile][n8 half][C fragment]
+        for i in range(MT):
+            for h in range(2):
+                for e in range(4):
+                    acc[i, h, e] = float32(0.0)
+        ring = cuda.local.array((P, 8), uint32)  # per slot: 4 words, 2 scales, 2 zeros
+        for j in range(P):
+            if live and j < units:
+                f = fetch_unit(w, scales, zeros, strip, word0 + j * WORDS_PER_UNIT, s_col,
+                               k_begin + j * UNIT_K, gshift, has_zero)
+                for e in range(8):
+                    ring[j, e] = f[e]
+
+        load_stage(base, smem16, x, perm, has_perm, x_vec, M, K, m0, k_begin, tid)
+        cp_async_commit_group()
+        for st in range(stages):
+            cp_async_wait_all()
+            cuda.syncthreads()  # stage st in place; every warp done with stage st - 1
+            if st + 1 < stages:
+                load_stage(base + uint32(((st + 1) % 2) * STAGE_BYTES), smem16, x, perm,
+                           has_perm, x_vec, M, K, m0, k_begin + (st + 1) * SKC, tid)
+                cp_async_commit_group()
+            a_stage = base + uint32((st % 2) * STAGE_BYTES) + lane_off
+            for u0 in range(0, STAGE_UNITS, P):
+                for j in range(P):
+                    u = st * STAGE_UNITS + u0 + j
+                    if live and u < units:
+                        cur = (ring[j, 0], ring[j, 1], ring[j, 2], ring[j, 3], ring[j, 4],
+                               ring[j, 5], ring[j, 6], ring[j, 7])
+                        if u + P < units:  # refill the slot: the unit P ahead
+                            f = fetch_unit(w, scales, zeros, strip,
+                                           word0 + (u + P) * WORDS_PER_UNIT, s_col,
+                                           k_begin + (u + P) * UNIT_K, gshift, has_zero)
+                            for e in range(8):
+                                ring[j, e] = f[e]
+                        unit_mma(acc, a_stage + uint32((u0 + j) * UNIT_K * 2), cur, has_zero)
+
+        # Epilogue: fragments -> the f32 C tile in shared memory (over the stages), the
+        # split-K fold, then 16-byte stores of whole 8-column chunks.
+        cuda.syncthreads()
+        cs = cuda.shared.array(0, float32)
+        if live:
+            for mt in range(MT):
+                for h in range(2):
+                    for e in range(4):
+                        r = mt * 16 + lane // 4 + 8 * (e // 2)
+                        c = warp * STRIP_N + h * 8 + 2 * (lane % 4) + e % 2
+                        cs[r * CS + c] = acc[mt, h, e]
+        cuda.syncthreads()
+        n0 = strip0 * STRIP_N
+        if splits > 1:
+            tile_id = int32(cuda.blockIdx.y) * int32(cuda.gridDim.x) + int32(cuda.blockIdx.x)
+            if not fold(ws, counters, cs, tile_id, split, splits, M - m0, N - n0, BM, BLOCK_N,
+                        CS, THREADS):
+                return
+        for q in range((CHUNKS + THREADS - 1) // THREADS):
+            if tid + q * THREADS < CHUNKS:
+                r, c = chunk_coords(tid + q * THREADS, BLOCK_N)
+                store_row_chunk8(out32, out16, kind, m0 + r, n0 + c, M, N, out_vec, cs,
+                                 r * CS + c)
+
+    int4_block.THREADS = THREADS
+    int4_block.SHARED_BYTES = SHARED_BYTES
+    int4_block.BLOCK_M = BM
+    int4_block.STAGE_K = STAGE_K[MT]
+    return int4_block
+
+
+__all__ = ["BLOCK_N", "MIN_GROUP", "STAGE_K", "STRIP_N", "THREADS", "UNIT_K", "WORDS_PER_UNIT",
+           "fetch_unit", "make_int4_block", "word_dequantizer"]
