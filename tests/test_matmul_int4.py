@@ -119,7 +119,10 @@ def test_quantize_error_is_half_a_step(symmetric, group_size):
     s = s16.astype(np.float64)[rows]
     z = 8 if symmetric else zeros.astype(np.float64)[rows]
     err = np.abs(w - s * (q.astype(np.float64) - z))
-    assert np.all(err <= s / 2 * (1 + 1e-3) + 1e-12)  # round to nearest, nothing clipped
+    # Round to nearest; asymmetric: the rounded zero shifts the grid by up to half a step,
+    # so the group's extreme may be clipped by that much more.
+    bound = s / 2 if symmetric else s
+    assert np.all(err <= bound * (1 + 1e-3) + 1e-12)
     assert np.all(s16[:, 0] == 0) and np.all(err[:, 0] == 0)
 
 
@@ -339,7 +342,7 @@ def test_quantize_then_matmul_tracks_the_float_matmul():
         assert w.symmetric == symmetric and w.shape == (k, n)
         out = kaionb.matmul_int4(kaionb.asarray(x), w, dtype=F32).get()
         _check(out, x, kaionb.dequantize_int4(w).get(), F32)
-        assert relative_error(out, np.asarray(x, np.float64) @ wf) < 0.12
+        assert relative_error(out, np.asarray(x, np.float64) @ wf) < 0.2  # 4-bit RTN: ~0.12
 
 
 @gpu

@@ -54,6 +54,10 @@ _F32, _U16, _U32 = np.dtype(np.float32), np.dtype(np.uint16), np.dtype(np.uint32
 ONE_GROUP_SHIFT = 31  # gshift of a per-channel weight: every row of K in group 0
 # Rows up to this run the weight-streaming kernel, more the dequantized dense matmul.
 STREAM_MAX_M = 128
+# Blocks of the streaming kernel resident per SM (launch bounds: registers capped at 128):
+# at 147 registers (ptxas 12.9, sm_90) one block fit, and a 224-block grid at M = 1 ran
+# as 1.7 waves at 656 GB/s (ncu, docs/perf-log-matmul.md).
+BLOCKS_PER_SM = 2
 # The streaming grid aims at this many blocks per SM (split-K makes up what the N strips
 # lack): two fit on an SM (registers), and the weight loads in flight decide the speed.
 TARGET_BLOCKS_PER_SM = 1.0
@@ -114,6 +118,10 @@ class Int4Weight:
     @property
     def nbytes(self) -> int:
         return sum(x.nbytes for x in (self.qweight, self.scales, self.zeros) if x is not None)
+
+    def fast_path_parts(self) -> tuple:
+        """What the op fast path keys a call on (kernels.op): the arrays and the shape."""
+        return (self.qweight, self.scales, self.zeros, self.perm, self.shape, self.group_size)
 
     def dequantize(self, dtype=np.float16) -> DeviceArray:
         """:func:`dequantize_int4` of this weight."""
@@ -388,7 +396,7 @@ def _make_stream_kernel(act: str, MT: int):
     signature = f"void({arrays}, " + ", ".join(["int32"] * 17) + ")"
 
     @kernel([signature], name=f"_matmul_int4_fwd_kernel_{act}_m{BM}",
-            max_dynamic_shared_bytes=block.SHARED_BYTES, launch_bounds=THREADS)
+            max_dynamic_shared_bytes=block.SHARED_BYTES, launch_bounds=(THREADS, BLOCKS_PER_SM))
     def _matmul_int4_fwd_kernel(x, perm_q, perm_k, perm_v, w_q, w_k, w_v, s_q, s_k, s_v, z_q,
                                 z_k, z_v, o32_q, o32_k, o32_v, o16_q, o16_k, o16_v, ws, counters,
                                 M, K, K_pad, k_chunk, splits, kind, out_vec, x_vec, n_q, n_kv,

@@ -169,8 +169,9 @@ _NOT_RECORDED = object()  # a signature whose calls do something a replay cannot
 
 def fast_path(fwd):
     """Wrap an op's ``<op>_fwd`` (see the module doc). Calls whose arguments are not all
-    DeviceArrays and plain values (e.g. a CuPy array: it is imported on each call) run
-    ``fwd`` itself."""
+    DeviceArrays, plain values and objects with a ``fast_path_parts()`` method (a tuple
+    of those: kernels.matmul_int4.Int4Weight) run ``fwd`` itself (e.g. a CuPy array: it
+    is imported on each call)."""
 
     @functools.wraps(fwd)
     def call(*args, **kwargs):
@@ -228,6 +229,10 @@ def _add(values, key, arrays) -> bool:
         elif kind is tuple:
             key.append(len(value))
             if not _add(value, key, arrays):
+                return False
+        elif hasattr(kind, "fast_path_parts"):  # an object made of arrays (Int4Weight)
+            key.append(kind)
+            if not _add(value.fast_path_parts(), key, arrays):
                 return False
         else:
             return False
