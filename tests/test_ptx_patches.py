@@ -89,7 +89,7 @@ def k_ld_global(u, f):
     y = P.ld_global_nc_v4_f32(P.global_addr(f, 8))
     P.st_global_v4_u32(P.global_addr(u, 0), (a[0], b[1], a[2], b[3]))
     P.st_global_v4_f32(P.global_addr(f, 0), (x[0], y[1], x[2], y[3]))
-    P.st_global_b32(P.global_addr(u, 12), a[1])
+    P.st_global_b32(P.global_addr(u, 12), a[1] + P.ld_global_nc_u32(P.global_addr(u, 16)))
 
 
 def k_shared_vec(u, f):
@@ -255,7 +255,7 @@ CASES = {
     "ld_st_global": (
         k_ld_global,
         ["ld.global.v4.u32", "ld.global.nc.v4.u32", "ld.global.v4.f32", "ld.global.nc.v4.f32",
-         "st.global.v4.u32", "st.global.v4.f32", "st.global.b32"],
+         "ld.global.nc.u32", "st.global.v4.u32", "st.global.v4.f32", "st.global.b32"],
         False,
     ),
     "shared_vec": (
@@ -622,7 +622,9 @@ def test_vector_memory_roundtrip():
         v = P.ld_shared_v2_u32(P.shared_addr(s, i + 2))
         P.st_shared_v2_u32(P.shared_addr(s, i), v)
         cuda.syncthreads()
-        P.st_global_b32(P.global_addr(out_u, 128 + cuda.threadIdx.x), s[i] - s[i + 2])
+        # Zero when ld.global.nc.u32 reads u[i + 1].
+        w = types.uint32(P.ld_global_nc_u32(P.global_addr(u, i + 1)) ^ u[i + 1])
+        P.st_global_b32(P.global_addr(out_u, 128 + cuda.threadIdx.x), s[i] - s[i + 2] + w)
 
     u = RNG.integers(0, 2**32, 128, dtype=np.uint32)
     f = RNG.standard_normal(128).astype(np.float32)

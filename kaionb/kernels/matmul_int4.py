@@ -36,6 +36,7 @@ from .helpers.int4 import (
     MIN_GROUP,
     STAGE_K,
     STRIP_N,
+    SYMMETRIC_ZEROS,
     THREADS,
     UNIT_K,
     WARPS,
@@ -185,8 +186,7 @@ def pack_host(q: np.ndarray, scales: np.ndarray, zeros, group_size: int) -> tupl
         return (v[..., 0] | (v[..., 1] << bits)).reshape(groups_pad, n_pad // 2)
 
     s_words = pairs(scales.astype(np.float16).view(np.uint16), 16)
-    z_words = None if zeros is None else pairs(
-        (zeros.astype(np.int32) - 8).astype(np.int8).view(np.uint8), 8)
+    z_words = None if zeros is None else pairs(zeros.astype(np.uint8), 8)
     return words, s_words, z_words
 
 
@@ -208,9 +208,7 @@ def unpack_host(words: np.ndarray, s_words: np.ndarray, z_words, shape: tuple,
         return v.reshape(v.shape[0], strips * STRIP_N)[:groups, :n]
 
     scales = unpairs(s_words, 16, 0xFFFF).astype(np.uint16).view(np.float16)
-    zeros = None if z_words is None else (
-        unpairs(z_words, 8, 0xFF).astype(np.uint8).view(np.int8).astype(np.int32) + 8
-    ).astype(np.uint8)
+    zeros = None if z_words is None else unpairs(z_words, 8, 0xFF).astype(np.uint8)
     return q, scales, zeros
 
 
@@ -449,8 +447,8 @@ def _make_dequantize_kernel(act: str):
             col_a = strip * STRIP_N + lane // 4
             s_col = strip * 8 + lane // 4
             group = k >> gshift  # a k16 step lies in one group (group size ≥ 32)
-            zword = zeros[group, s_col] if has_zero != 0 else uint32(0)
-            off_a, off_b, sa2, sb2 = column_setup(scales[group, s_col], zword, has_zero)
+            zword = zeros[group, s_col] if has_zero != 0 else uint32(SYMMETRIC_ZEROS)
+            off_a, off_b, sa2, sb2 = column_setup(scales[group, s_col], zword)
             b = dequantize_word(w[strip, word], off_a, off_b, sa2, sb2)
             for e in range(4):  # (col a: rows k, k+1), (col a: k+8, k+9), then col b
                 col = col_a + 8 * (e // 2)

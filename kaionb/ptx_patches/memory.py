@@ -130,6 +130,14 @@ ld_global_nc_f32 = ptx_instruction(
     doc="``ld.global.nc.f32``: read-only path. (address: u64) -> f32.",
 )
 
+ld_global_nc_u32 = ptx_instruction(
+    "ld_global_nc_u32",
+    "ld.global.nc.u32 $0, [$1];",
+    outputs=types.uint32,
+    inputs=(types.uint64,),
+    doc="``ld.global.nc.u32``: read-only path. (address: u64) -> u32.",
+)
+
 st_global_v4_u32 = ptx_instruction(
     "st_global_v4_u32",
     "st.global.v4.u32 [$0], {$1, $2, $3, $4};",

@@ -17,12 +17,15 @@ scales   uint32 [groups_pad, N_pad / 2]: word 8s + g holds the f16 scales of col
          16s + g (low half) and 16s + 8 + g (high half) — the two columns of the lane's
          words.
 zeros    uint32, same shape (asymmetric weights only): bytes 0 and 1 of word 8s + g are
-         the int8 z - 8 of the same two columns (z the GPTQ zero point, 0 .. 16).
+         the zero points z (0 .. 16) of the same two columns.
 
-Weight (k, c) = scale · (q - z) = scale · (n - (z - 8)): the conversion's fma yields the
-exact n - (z - 8) (|.| ≤ 16), then one multiply by the scale in f16 / bf16 rounds it once —
-the same bits :func:`kaionb.dequantize_int4` writes. Groups are along K (GPTQ): a group of
-32 or more rows covers half a unit or more, so a unit needs the scales of at most two
+Weight (k, c) = scale · (q - z) = scale · (n - (z - 8)): the conversion's fma adds
+-(1024 + z) to the low and -(64 + z) to the high nibble's magic number (f16; bf16: -(128 +
+z) to both), which yields the exact n - (z - 8) (|.| ≤ 16); those addends are integers in
+one binade, so their bits are a constant plus z — one integer multiply-add per column
+(:func:`_make_word_dequantizer`). One multiply by the scale in f16 / bf16 then rounds once:
+the same bits :func:`kaionb.dequantize_int4` writes. Groups run along K (GPTQ): a group
+of 32 or more rows covers half a unit or more, so a unit needs the scales of at most two
 groups (rows 64u and 64u + 32).
 """
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import cuda, float32, int32, int64, uint16, uint32
+from numba import cuda, float32, int32, int64, uint16, uint32, uint64
 
 from kaionb.ptx_patches import (
     cp_async_cg_16,
@@ -45,6 +48,7 @@ from kaionb.ptx_patches import (
     global_addr,
     int4x8_to_bf16x2x4_offset,
     int4x8_to_f16x2x4_offset,
+    ld_global_nc_u32,
     ld_global_nc_v4_u32,
     ldmatrix_x4,
     mma_m16n8k16_f32_bf16,
@@ -60,6 +64,7 @@ from .tiles import chunk_coords
 UNIT_K = 64  # rows of K per unit (one 16-byte load per lane)
 STRIP_N = 16  # columns per strip (one warp's share of a block)
 WORDS_PER_UNIT = 128
+UNIT_BYTES = 4 * WORDS_PER_UNIT  # a strip's bytes per unit: one 16-byte load per lane
 MIN_GROUP = 32  # a unit reads at most two groups' scales
 WARPS = 8
 THREADS = 32 * WARPS
@@ -73,11 +78,12 @@ PREFETCH_UNITS = {1: 4, 2: 4, 4: 2}
 NEG_ZERO_X2 = 0x80008000  # -0.0 in both halves (f16 and bf16): a·b + (-0) = a·b, rounded once
 
 
-@device_function
-def _zero_of(zword, which):
-    """The signed byte ``which`` (0 or 1) of a zeros word: z - 8 of column a or b."""
-    z = int32((zword >> uint32(8 * which)) & uint32(0xFF))
-    return z - 256 if z >= 128 else z
+# The zeros word of a symmetric weight: z = 8 for both columns.
+SYMMETRIC_ZEROS = 0x0808
+# f16 bits of the conversion addends for z = 0 — {-(1024 + z), -(64 + z)} — and their step
+# per unit of z: 1 in the low half (ulp of 1024), 16 in the high (ulp of 64 is 1/16).
+F16_OFFSET, F16_OFFSET_STEP = 0xD400E400, 0x00100001
+BF16_OFFSET, BF16_OFFSET_STEP = 0xC300C300, 0x00010001  # {-(128 + z)} ×2, ulp of 128 is 1
 
 
 def _make_word_dequantizer(act: str):
@@ -85,21 +91,17 @@ def _make_word_dequantizer(act: str):
     BF16 = act == "bf16"
     convert = int4x8_to_bf16x2x4_offset if BF16 else int4x8_to_f16x2x4_offset
     fma2 = fma_rn_bf16x2 if BF16 else fma_rn_f16x2
+    OFFSET, STEP = (BF16_OFFSET, BF16_OFFSET_STEP) if BF16 else (F16_OFFSET, F16_OFFSET_STEP)
 
     @device_function
-    def column_setup(sword, zword, has_zero):
+    def column_setup(sword, zword):
         """(off_a, off_b, scale_a2, scale_b2) of a lane's two columns for one group: the
-        conversion addends (zero points, ptx_patches.convert) and each scale in both
-        halves."""
-        za = _zero_of(zword, 0) if has_zero != 0 else int32(0)
-        zb = _zero_of(zword, 1) if has_zero != 0 else int32(0)
+        conversion addends of their zero points and each scale in both halves."""
+        off_a = uint32(OFFSET + (zword & uint32(0xFF)) * STEP)
+        off_b = uint32(OFFSET + ((zword >> uint32(8)) & uint32(0xFF)) * STEP)
         if BF16:
-            off_a = cvt_rn_bf16x2_f32(float32(-136 - za), float32(-136 - za))
-            off_b = cvt_rn_bf16x2_f32(float32(-136 - zb), float32(-136 - zb))
             sa, sb = f16x2_to_f32x2(sword)  # f16 scales, exactly
             return off_a, off_b, cvt_rn_bf16x2_f32(sa, sa), cvt_rn_bf16x2_f32(sb, sb)
-        off_a = cvt_rn_f16x2_f32(float32(-1032 - za), float32(-72 - za))
-        off_b = cvt_rn_f16x2_f32(float32(-1032 - zb), float32(-72 - zb))
         return off_a, off_b, prmt_b32(sword, uint32(0), uint32(0x1010)), prmt_b32(
             sword, uint32(0), uint32(0x3232))
 
@@ -122,16 +124,20 @@ def word_dequantizer(act: str):
 
 
 @device_function
-def fetch_unit(w, scales, zeros, strip, word0, s_col, kk, gshift, has_zero):
-    """A lane's loads for one unit starting at row ``kk``: its four weight words (one
-    16-byte read-only load at word ``word0`` of the strip) and the scale / zeros words of
-    the groups of rows kk and kk + 32 — 8 words."""
-    v = ld_global_nc_v4_u32(global_addr(w, (int64(strip), int64(word0))))
-    g_lo, g_hi = kk >> gshift, (kk + MIN_GROUP) >> gshift
-    s_lo, s_hi = scales[g_lo, s_col], scales[g_hi, s_col]
-    z_lo = z_hi = uint32(0)
+def fetch_unit(w_addr, s_addr, z_addr, pitch, kk, gshift, has_zero):
+    """A lane's loads for the unit starting at row ``kk``: its four weight words (one
+    16-byte read-only load at ``w_addr``) and the scale and zeros words of the groups of
+    rows kk and kk + 32 (``s_addr`` / ``z_addr``: the lane's word in group 0, ``pitch``
+    bytes per group) — 8 words. Addresses are precomputed: numba's array indexing
+    costs 64-bit multiplies and a negative-index fix-up per load (262 instructions per
+    unit and warp before, 2.2× the conversion and mma work; ncu)."""
+    v = ld_global_nc_v4_u32(w_addr)
+    lo = uint64((kk >> gshift) * pitch)
+    hi = uint64(((kk + MIN_GROUP) >> gshift) * pitch)
+    s_lo, s_hi = ld_global_nc_u32(s_addr + lo), ld_global_nc_u32(s_addr + hi)
+    z_lo = z_hi = uint32(SYMMETRIC_ZEROS)
     if has_zero != 0:
-        z_lo, z_hi = zeros[g_lo, s_col], zeros[g_hi, s_col]
+        z_lo, z_hi = ld_global_nc_u32(z_addr + lo), ld_global_nc_u32(z_addr + hi)
     return v[0], v[1], v[2], v[3], s_lo, s_hi, z_lo, z_hi
 
 
@@ -198,12 +204,12 @@ def make_int4_block(act: str, MT: int):
                                        h[4] | (h[5] << 16), h[6] | (h[7] << 16)))
 
     @device_function
-    def unit_mma(acc, a_addr, unit, has_zero):
+    def unit_mma(acc, a_addr, unit):
         """acc += one unit (its 4 words, 2 scale and 2 zeros words, as fetch_unit returns
         them) times the staged x at ``a_addr`` (this lane's ldmatrix address at the
         unit's first column)."""
         for half in range(2):
-            off_a, off_b, sa2, sb2 = column_setup(unit[4 + half], unit[6 + half], has_zero)
+            off_a, off_b, sa2, sb2 = column_setup(unit[4 + half], unit[6 + half])
             for i2 in range(2):
                 i = 2 * half + i2
                 b = dequantize_word(unit[i], off_a, off_b, sa2, sb2)
@@ -230,8 +236,14 @@ def make_int4_block(act: str, MT: int):
         k_end = min(K_pad, k_begin + k_chunk)
         units = (k_end - k_begin) // UNIT_K
         stages = (k_end - k_begin + SKC - 1) // SKC
-        word0 = (k_begin // UNIT_K) * WORDS_PER_UNIT + lane * 4
-        s_col = strip * 8 + lane // 4
+        row = min(strip, (N + STRIP_N - 1) // STRIP_N - 1)  # in bounds for every warp
+        w_addr = global_addr(w, (int64(row), int64((k_begin // UNIT_K) * WORDS_PER_UNIT
+                                                    + lane * 4)))
+        s_addr = global_addr(scales, (int64(0), int64(row * 8 + lane // 4)))
+        z_addr = s_addr
+        if has_zero != 0:
+            z_addr = global_addr(zeros, (int64(0), int64(row * 8 + lane // 4)))
+        pitch = int32(scales.shape[1]) * 4
         lane_off = uint32(((lane % 16) * SK + 8 * (lane // 16)) * 2)
 
         acc = cuda.local.array((MT, 2, 4), float32)  # [m16 tile][n8 half][C fragment]
@@ -242,7 +254,7 @@ def make_int4_block(act: str, MT: int):
         ring = cuda.local.array((P, 8), uint32)  # per slot: 4 words, 2 scales, 2 zeros
         for j in range(P):
             if live and j < units:
-                f = fetch_unit(w, scales, zeros, strip, word0 + j * WORDS_PER_UNIT, s_col,
+                f = fetch_unit(w_addr + uint64(j * UNIT_BYTES), s_addr, z_addr, pitch,
                                k_begin + j * UNIT_K, gshift, has_zero)
                 for e in range(8):
                     ring[j, e] = f[e]
@@ -264,12 +276,12 @@ def make_int4_block(act: str, MT: int):
                         cur = (ring[j, 0], ring[j, 1], ring[j, 2], ring[j, 3], ring[j, 4],
                                ring[j, 5], ring[j, 6], ring[j, 7])
                         if u + P < units:  # refill the slot: the unit P ahead
-                            f = fetch_unit(w, scales, zeros, strip,
-                                           word0 + (u + P) * WORDS_PER_UNIT, s_col,
-                                           k_begin + (u + P) * UNIT_K, gshift, has_zero)
+                            f = fetch_unit(w_addr + uint64((u + P) * UNIT_BYTES), s_addr,
+                                           z_addr, pitch, k_begin + (u + P) * UNIT_K, gshift,
+                                           has_zero)
                             for e in range(8):
                                 ring[j, e] = f[e]
-                        unit_mma(acc, a_stage + uint32((u0 + j) * UNIT_K * 2), cur, has_zero)
+                        unit_mma(acc, a_stage + uint32((u0 + j) * UNIT_K * 2), cur)
 
         # Epilogue: fragments -> the f32 C tile in shared memory (over the stages), the
         # split-K fold, then 16-byte stores of whole 8-column chunks.
@@ -302,5 +314,5 @@ def make_int4_block(act: str, MT: int):
     return int4_block
 
 
-__all__ = ["BLOCK_N", "MIN_GROUP", "STAGE_K", "STRIP_N", "THREADS", "UNIT_K", "WORDS_PER_UNIT",
-           "fetch_unit", "make_int4_block", "word_dequantizer"]
+__all__ = ["BLOCK_N", "MIN_GROUP", "STAGE_K", "STRIP_N", "SYMMETRIC_ZEROS", "THREADS", "UNIT_K",
+           "WARPS", "WORDS_PER_UNIT", "fetch_unit", "make_int4_block", "word_dequantizer"]
