@@ -36,9 +36,11 @@ import functools
 from numba import cuda, float32, int32, int64, uint16, uint32, uint64
 
 from kaionb.ptx_patches import (
+    cp_async_ca_4,
     cp_async_cg_16,
     cp_async_commit_group,
     cp_async_wait_all,
+    cp_async_wait_group,
     cvt_rn_bf16x2_f32,
     cvt_rn_f16x2_f32,
     device_function,
@@ -48,8 +50,7 @@ from kaionb.ptx_patches import (
     global_addr,
     int4x8_to_bf16x2x4_offset,
     int4x8_to_f16x2x4_offset,
-    ld_global_nc_u32,
-    ld_global_nc_v4_u32,
+    ld_shared_v4_u32,
     ldmatrix_x4,
     mma_m16n8k16_f32_bf16,
     mma_m16n8k16_f32_f16,
@@ -65,16 +66,22 @@ UNIT_K = 64  # rows of K per unit (one 16-byte load per lane)
 STRIP_N = 16  # columns per strip (one warp's share of a block)
 WORDS_PER_UNIT = 128
 UNIT_BYTES = 4 * WORDS_PER_UNIT  # a strip's bytes per unit: one 16-byte load per lane
+RING_HALF = 32 * 16  # a slot's second 16 bytes per lane sit one warp-width further on
 MIN_GROUP = 32  # a unit reads at most two groups' scales
 WARPS = 8
 THREADS = 32 * WARPS
 BLOCK_N = STRIP_N * WARPS
-# Columns of x staged in shared memory per step, by m16 tiles per block: ~16 KB a stage
+# Columns of x staged in shared memory per step, by m16 tiles per block: 16-34 KB a stage
 # (two in flight), so the k-chunk of a block is not bounded by shared memory.
-STAGE_K = {1: 512, 2: 256, 4: 128}
-# Units whose loads each lane has in flight ahead of the one it computes (registers:
-# 8 per unit). 4 units × 16 bytes × 256 threads = 16 KB per block in flight.
-PREFETCH_UNITS = {1: 4, 2: 4, 4: 2}
+STAGE_K = {1: 512, 2: 256, 4: 256}
+# Units each lane has in flight ahead of the one it computes, copied by cp.async into its
+# own ring of shared memory (32 bytes a unit: weights, scales, zeros). 8 units × 16 bytes
+# × 256 threads = 32 KB of weights in flight per block. Held in registers instead (4
+# units, 32 registers), the kernel ran at 1.1 TB/s (long-scoreboard stalls, ncu). The
+# next stage of x rides in the group of the unit STAGE_K / 64 - DEPTH after the stage's
+# first, hence DEPTH ≤ STAGE_K / 64.
+DEPTH = {1: 8, 2: 4, 4: 4}
+SLOT_BYTES = 32  # per lane and unit: 16 bytes of weights, then 2 scale and 2 zeros words
 NEG_ZERO_X2 = 0x80008000  # -0.0 in both halves (f16 and bf16): a·b + (-0) = a·b, rounded once
 
 
@@ -124,21 +131,26 @@ def word_dequantizer(act: str):
 
 
 @device_function
-def fetch_unit(w_addr, s_addr, z_addr, pitch, kk, gshift, has_zero):
-    """A lane's loads for the unit starting at row ``kk``: its four weight words (one
-    16-byte read-only load at ``w_addr``) and the scale and zeros words of the groups of
-    rows kk and kk + 32 (``s_addr`` / ``z_addr``: the lane's word in group 0, ``pitch``
-    bytes per group) — 8 words. Addresses are precomputed: numba's array indexing
-    costs 64-bit multiplies and a negative-index fix-up per load (262 instructions per
-    unit and warp before, 2.2× the conversion and mma work; ncu)."""
-    v = ld_global_nc_v4_u32(w_addr)
-    lo = uint64((kk >> gshift) * pitch)
-    hi = uint64(((kk + MIN_GROUP) >> gshift) * pitch)
-    s_lo, s_hi = ld_global_nc_u32(s_addr + lo), ld_global_nc_u32(s_addr + hi)
-    z_lo = z_hi = uint32(SYMMETRIC_ZEROS)
+def issue_unit(slot, w_addr, s_addr, z_addr, pitch, kk, gshift, has_zero, ok):
+    """Start copying a lane's share of the unit starting at row ``kk`` into its ring slot
+    (shared address ``slot``: weights there, the scale and zeros words of the groups of
+    rows kk and kk + 32 at slot + RING_HALF): 16 bytes from ``w_addr``, 4 from ``s_addr``
+    / ``z_addr`` (the lane's word in group 0) plus ``pitch`` bytes per group. Nothing is
+    read where not ``ok`` (past the chunk). Addresses are precomputed: numba's array
+    indexing costs 64-bit multiplies and a negative-index fix-up per load."""
+    lo = uint64(0)
+    hi = uint64(0)
+    size = uint32(0)
+    if ok:
+        lo = uint64((kk >> gshift) * pitch)
+        hi = uint64(((kk + MIN_GROUP) >> gshift) * pitch)
+        size = uint32(4)
+    cp_async_cg_16(slot, w_addr, size * uint32(4))
+    cp_async_ca_4(slot + uint32(RING_HALF), s_addr + lo, size)
+    cp_async_ca_4(slot + uint32(RING_HALF + 4), s_addr + hi, size)
     if has_zero != 0:
-        z_lo, z_hi = ld_global_nc_u32(z_addr + lo), ld_global_nc_u32(z_addr + hi)
-    return v[0], v[1], v[2], v[3], s_lo, s_hi, z_lo, z_hi
+        cp_async_ca_4(slot + uint32(RING_HALF + 8), z_addr + lo, size)
+        cp_async_ca_4(slot + uint32(RING_HALF + 12), z_addr + hi, size)
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,14 +183,16 @@ def make_int4_block(act: str, MT: int):
     STAGE_UNITS = SKC // UNIT_K
     STAGE_CHUNKS = BM * (SKC // 8)
     STAGE_BYTES = BM * SK * 2
-    P = PREFETCH_UNITS[MT]
+    D = DEPTH[MT]
+    PENDING = D - 1  # groups younger than the unit about to be computed
+    RING_BYTES = WARPS * D * 32 * SLOT_BYTES
     CS = BLOCK_N + 4  # staged f32 C tile row stride
     CHUNKS = BM * BLOCK_N // 8
-    SHARED_BYTES = max(2 * STAGE_BYTES, BM * CS * 4)
+    SHARED_BYTES = max(2 * STAGE_BYTES + RING_BYTES, BM * CS * 4)
     mma = mma_m16n8k16_f32_bf16 if act == "bf16" else mma_m16n8k16_f32_f16
     column_setup, dequantize_word = word_dequantizer(act)
     fold = make_splitk_fold(4)
-    assert STAGE_UNITS % P == 0
+    assert STAGE_UNITS % D == 0
 
     @device_function
     def load_stage(stage_addr, smem16, x, perm, has_perm, x_vec, M, K, m0, k0, tid):
@@ -204,15 +218,15 @@ def make_int4_block(act: str, MT: int):
                                        h[4] | (h[5] << 16), h[6] | (h[7] << 16)))
 
     @device_function
-    def unit_mma(acc, a_addr, unit):
-        """acc += one unit (its 4 words, 2 scale and 2 zeros words, as fetch_unit returns
-        them) times the staged x at ``a_addr`` (this lane's ldmatrix address at the
+    def unit_mma(acc, a_addr, words, groups):
+        """acc += one unit (its 4 words; its scale and zeros words (s_lo, s_hi, z_lo,
+        z_hi)) times the staged x at ``a_addr`` (this lane's ldmatrix address at the
         unit's first column)."""
         for half in range(2):
-            off_a, off_b, sa2, sb2 = column_setup(unit[4 + half], unit[6 + half])
+            off_a, off_b, sa2, sb2 = column_setup(groups[half], groups[2 + half])
             for i2 in range(2):
                 i = 2 * half + i2
-                b = dequantize_word(unit[i], off_a, off_b, sa2, sb2)
+                b = dequantize_word(words[i], off_a, off_b, sa2, sb2)
                 for mt in range(MT):
                     a = ldmatrix_x4(a_addr + uint32((mt * 16 * SK + 16 * i) * 2))
                     d = mma(a, (b[0], b[1]), (acc[mt, 0, 0], acc[mt, 0, 1], acc[mt, 0, 2],
@@ -251,37 +265,45 @@ def make_int4_block(act: str, MT: int):
             for h in range(2):
                 for e in range(4):
                     acc[i, h, e] = float32(0.0)
-        ring = cuda.local.array((P, 8), uint32)  # per slot: 4 words, 2 scales, 2 zeros
-        for j in range(P):
-            if live and j < units:
-                f = fetch_unit(w_addr + uint64(j * UNIT_BYTES), s_addr, z_addr, pitch,
-                               k_begin + j * UNIT_K, gshift, has_zero)
-                for e in range(8):
-                    ring[j, e] = f[e]
-
+        # The lane's ring: slot j at ring + j·2·RING_HALF (weights), + RING_HALF (scales,
+        # zeros); 16-byte accesses 16 bytes apart across the warp, no bank conflicts.
+        ring = base + uint32(2 * STAGE_BYTES + warp * D * 2 * RING_HALF + lane * 16)
         load_stage(base, smem16, x, perm, has_perm, x_vec, M, K, m0, k_begin, tid)
-        cp_async_commit_group()
+        for j in range(D):
+            ok = live and j < units
+            issue_unit(ring + uint32(j * 2 * RING_HALF), w_addr + uint64(j * UNIT_BYTES if ok
+                                                                         else 0),
+                       s_addr, z_addr, pitch, k_begin + j * UNIT_K, gshift, has_zero, ok)
+            cp_async_commit_group()  # group j: unit j (and stage 0 of x in group 0)
         for st in range(stages):
-            cp_async_wait_all()
-            cuda.syncthreads()  # stage st in place; every warp done with stage st - 1
-            if st + 1 < stages:
-                load_stage(base + uint32(((st + 1) % 2) * STAGE_BYTES), smem16, x, perm,
-                           has_perm, x_vec, M, K, m0, k_begin + (st + 1) * SKC, tid)
-                cp_async_commit_group()
             a_stage = base + uint32((st % 2) * STAGE_BYTES) + lane_off
-            for u0 in range(0, STAGE_UNITS, P):
-                for j in range(P):
-                    u = st * STAGE_UNITS + u0 + j
+            for v0 in range(0, STAGE_UNITS, D):
+                for j in range(D):
+                    u = st * STAGE_UNITS + v0 + j
+                    cp_async_wait_group(PENDING)  # groups up to u have landed
+                    if v0 == 0 and j == 0:
+                        # x's stage st (in group (st - 1)·STAGE_UNITS + D ≤ u) is in place
+                        # for every thread; every warp is done with stage st - 1.
+                        cuda.syncthreads()
+                    slot = ring + uint32(j * 2 * RING_HALF)
                     if live and u < units:
-                        cur = (ring[j, 0], ring[j, 1], ring[j, 2], ring[j, 3], ring[j, 4],
-                               ring[j, 5], ring[j, 6], ring[j, 7])
-                        if u + P < units:  # refill the slot: the unit P ahead
-                            f = fetch_unit(w_addr + uint64((u + P) * UNIT_BYTES), s_addr,
-                                           z_addr, pitch, k_begin + (u + P) * UNIT_K, gshift,
-                                           has_zero)
-                            for e in range(8):
-                                ring[j, e] = f[e]
-                        unit_mma(acc, a_stage + uint32((u0 + j) * UNIT_K * 2), cur)
+                        words = ld_shared_v4_u32(slot)
+                        groups = ld_shared_v4_u32(slot + uint32(RING_HALF))
+                        if has_zero == 0:
+                            groups = (groups[0], groups[1], uint32(SYMMETRIC_ZEROS),
+                                      uint32(SYMMETRIC_ZEROS))
+                        unit_mma(acc, a_stage + uint32((v0 + j) * UNIT_K * 2), words, groups)
+                    if v0 == 0 and j == 0 and st + 1 < stages:
+                        load_stage(base + uint32(((st + 1) % 2) * STAGE_BYTES), smem16, x,
+                                   perm, has_perm, x_vec, M, K, m0,
+                                   k_begin + (st + 1) * SKC, tid)
+                    # Refill the slot (its words are in registers, used by the mma above):
+                    # unit u + D, one group per unit whether or not it exists.
+                    ok = live and u + D < units
+                    issue_unit(slot, w_addr + uint64((u + D) * UNIT_BYTES if ok else 0), s_addr,
+                               z_addr, pitch, k_begin + (u + D) * UNIT_K, gshift, has_zero, ok)
+                    cp_async_commit_group()
+        cp_async_wait_all()
 
         # Epilogue: fragments -> the f32 C tile in shared memory (over the stages), the
         # split-K fold, then 16-byte stores of whole 8-column chunks.
@@ -315,4 +337,4 @@ def make_int4_block(act: str, MT: int):
 
 
 __all__ = ["BLOCK_N", "MIN_GROUP", "STAGE_K", "STRIP_N", "SYMMETRIC_ZEROS", "THREADS", "UNIT_K",
-           "WARPS", "WORDS_PER_UNIT", "fetch_unit", "make_int4_block", "word_dequantizer"]
+           "WARPS", "WORDS_PER_UNIT", "issue_unit", "make_int4_block", "word_dequantizer"]
