@@ -141,9 +141,9 @@ def issue_unit(slot, w_addr, s_addr, z_addr, pitch, kk, gshift, has_zero, ok):
     lo = uint64(0)
     hi = uint64(0)
     size = uint32(0)
-    if ok:
-        lo = uint64((kk >> gshift) * pitch)
-        hi = uint64(((kk + MIN_GROUP) >> gshift) * pitch)
+    if ok:  # int32 products (numba widens int32 arithmetic to 64 bits)
+        lo = uint64(int32(int32(kk >> gshift) * pitch))
+        hi = uint64(int32(int32((kk + MIN_GROUP) >> gshift) * pitch))
         size = uint32(4)
     cp_async_cg_16(slot, w_addr, size * uint32(4))
     cp_async_ca_4(slot + uint32(RING_HALF), s_addr + lo, size)
@@ -276,15 +276,20 @@ def make_int4_block(act: str, MT: int):
                        s_addr, z_addr, pitch, k_begin + j * UNIT_K, gshift, has_zero, ok)
             cp_async_commit_group()  # group j: unit j (and stage 0 of x in group 0)
         for st in range(stages):
+            st = int32(st)
             a_stage = base + uint32((st % 2) * STAGE_BYTES) + lane_off
+            # x's stage st (in group (st - 1)·STAGE_UNITS + D, the latest one at the stage's
+            # first unit) is in place for every thread; every warp is done with stage
+            # st - 1, whose buffer the next stage takes (in the first unit's group).
+            cp_async_wait_group(PENDING)
+            cuda.syncthreads()
+            if st + 1 < stages:
+                load_stage(base + uint32(((st + 1) % 2) * STAGE_BYTES), smem16, x, perm,
+                           has_perm, x_vec, M, K, m0, k_begin + (st + 1) * SKC, tid)
             for v0 in range(0, STAGE_UNITS, D):
                 for j in range(D):
-                    u = st * STAGE_UNITS + v0 + j
+                    u = st * STAGE_UNITS + int32(v0 + j)
                     cp_async_wait_group(PENDING)  # groups up to u have landed
-                    if v0 == 0 and j == 0:
-                        # x's stage st (in group (st - 1)·STAGE_UNITS + D ≤ u) is in place
-                        # for every thread; every warp is done with stage st - 1.
-                        cuda.syncthreads()
                     slot = ring + uint32(j * 2 * RING_HALF)
                     if live and u < units:
                         words = ld_shared_v4_u32(slot)
@@ -293,15 +298,12 @@ def make_int4_block(act: str, MT: int):
                             groups = (groups[0], groups[1], uint32(SYMMETRIC_ZEROS),
                                       uint32(SYMMETRIC_ZEROS))
                         unit_mma(acc, a_stage + uint32((v0 + j) * UNIT_K * 2), words, groups)
-                    if v0 == 0 and j == 0 and st + 1 < stages:
-                        load_stage(base + uint32(((st + 1) % 2) * STAGE_BYTES), smem16, x,
-                                   perm, has_perm, x_vec, M, K, m0,
-                                   k_begin + (st + 1) * SKC, tid)
                     # Refill the slot (its words are in registers, used by the mma above):
                     # unit u + D, one group per unit whether or not it exists.
                     ok = live and u + D < units
-                    issue_unit(slot, w_addr + uint64((u + D) * UNIT_BYTES if ok else 0), s_addr,
-                               z_addr, pitch, k_begin + (u + D) * UNIT_K, gshift, has_zero, ok)
+                    issue_unit(slot, w_addr + uint64(int32((u + D) * UNIT_BYTES) if ok else 0),
+                               s_addr, z_addr, pitch, int32(k_begin + (u + D) * UNIT_K), gshift,
+                               has_zero, ok)
                     cp_async_commit_group()
         cp_async_wait_all()
 
