@@ -32,14 +32,12 @@ from .._device import multiprocessor_count
 from ..array import DeviceArray, asarray, bfloat16, empty, normalize_dtype
 from ..validation import as_array, check_same_device, fail
 from .helpers.int4 import (
-    BLOCK_N,
     MIN_GROUP,
     STAGE_K,
     STRIP_N,
     SYMMETRIC_ZEROS,
     THREADS,
     UNIT_K,
-    WARPS,
     WORDS_PER_UNIT,
     make_int4_block,
     word_dequantizer,
@@ -381,7 +379,7 @@ def quantize_int4_host(op: str, w: np.ndarray, g: int, symmetric: bool) -> tuple
 
 def _make_stream_kernel(act: str, MT: int):
     """x @ W for one packed weight, or x @ w_q, x @ w_k, x @ w_v in one launch: the grid's x
-    runs over blocks of WARPS strips of w_q, then of w_k, then of w_v (``blocks_q``,
+    runs over blocks of BLOCK_N columns of w_q, then of w_k, then of w_v (``blocks_q``,
     ``blocks_kv`` each; w_k and w_v share N_kv), y over BM-row tiles of x, z over the
     splits of K. Each block runs ``helpers.int4.make_int4_block(act, MT)`` on its
     weight's arrays (``*_q``, ``*_k``, ``*_v``); ``gshift_*`` each weight's group shift,
@@ -389,6 +387,7 @@ def _make_stream_kernel(act: str, MT: int):
     three times and blocks_kv = 1 (never reached)."""
     block = make_int4_block(act, MT)
     BM = block.BLOCK_M
+    STRIPS = block.BLOCK_N // STRIP_N  # strips per block
     arrays = ("uint16[:, :], " + "int32[::1], " * 3 + "uint32[:, ::1], " * 9
               + "float32[:, ::1], " * 3 + "uint16[:, ::1], " * 3 + "float32[::1], uint32[::1]")
     signature = f"void({arrays}, " + ", ".join(["int32"] * 17) + ")"
@@ -403,11 +402,11 @@ def _make_stream_kernel(act: str, MT: int):
         bx = int32(cuda.blockIdx.x)
         m0 = int32(cuda.blockIdx.y) * BM
         split = int32(cuda.blockIdx.z)
-        g, strip0, n, gshift = int32(0), bx * WARPS, n_q, gshift_q
+        g, strip0, n, gshift = int32(0), bx * STRIPS, n_q, gshift_q
         perm, w, s, z, o32, o16 = perm_q, w_q, s_q, z_q, o32_q, o16_q
         if bx >= blocks_q:
             g = int32(1) + (bx - blocks_q) // blocks_kv
-            strip0 = ((bx - blocks_q) % blocks_kv) * WARPS
+            strip0 = ((bx - blocks_q) % blocks_kv) * STRIPS
             n = n_kv
             if g == 1:
                 perm, w, s, z, o32, o16, gshift = perm_k, w_k, s_k, z_k, o32_k, o16_k, gshift_k
@@ -489,7 +488,8 @@ def _stream_launch(x2: DeviceArray, weights: list, outs: list) -> None:
     mt = _tiles_m(m)
     kdef = _STREAM_KERNELS[(_ACT[x2.dtype], mt)]
     bm, stage = 16 * mt, STAGE_K[mt]
-    blocks = [-(-(-(-w.n // STRIP_N)) // WARPS) for w in weights]
+    block_n = kdef.block.BLOCK_N
+    blocks = [-(-w.n // block_n) for w in weights]
     n_blocks = blocks[0] + (2 * blocks[1] if len(weights) == 3 else 0)
     m_blocks = -(-m // bm)
     k_pad = weights[0].k_pad
@@ -506,7 +506,7 @@ def _stream_launch(x2: DeviceArray, weights: list, outs: list) -> None:
     ld = x2.strides[0] // 2
     x_vec = int(x2.ptr % 16 == 0 and ld % 8 == 0 and k % 8 == 0)
     if splits > 1:
-        ws, counters = workspace(_splitk_workspace, n_blocks * m_blocks * splits * bm * BLOCK_N
+        ws, counters = workspace(_splitk_workspace, n_blocks * m_blocks * splits * bm * block_n
                                  * 4, n_blocks * m_blocks)
     else:
         ws, counters = _nothing(x2, (0,), _F32), _nothing(x2, (0,), _U32)

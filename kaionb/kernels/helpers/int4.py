@@ -70,18 +70,22 @@ RING_HALF = 32 * 16  # a slot's second 16 bytes per lane sit one warp-width furt
 MIN_GROUP = 32  # a unit reads at most two groups' scales
 WARPS = 8
 THREADS = 32 * WARPS
-BLOCK_N = STRIP_N * WARPS
+# Strips per warp, by m16 tiles per block: two strips share each x fragment and the
+# per-unit overhead (waits, loop, the stage's x), which is about half of a unit's
+# instructions (H100, M = 1: 260 warp-instructions per strip and unit with one strip).
+# Four m16 tiles keep one: their accumulators would not fit 128 registers.
+STRIPS_PER_WARP = {1: 2, 2: 2, 4: 1}
 # Columns of x staged in shared memory per step, by m16 tiles per block: 16-34 KB a stage
 # (two in flight), so the k-chunk of a block is not bounded by shared memory.
 STAGE_K = {1: 512, 2: 256, 4: 256}
 # Units each lane has in flight ahead of the one it computes, copied by cp.async into its
-# own ring of shared memory (32 bytes a unit: weights, scales, zeros). 8 units × 16 bytes
-# × 256 threads = 32 KB of weights in flight per block. Held in registers instead (4
-# units, 32 registers), the kernel ran at 1.1 TB/s (long-scoreboard stalls, ncu). The
-# next stage of x rides in the group of the unit STAGE_K / 64 - DEPTH after the stage's
-# first, hence DEPTH ≤ STAGE_K / 64.
-DEPTH = {1: 8, 2: 4, 4: 4}
-SLOT_BYTES = 32  # per lane and unit: 16 bytes of weights, then 2 scale and 2 zeros words
+# own ring of shared memory (32 bytes per strip and unit: weights, scales, zeros): 4
+# units × 2 strips × 16 bytes × 256 threads = 32 KB of weights in flight per block. Held
+# in registers instead (4 units, one strip, 32 registers), the kernel ran at 1.1 TB/s
+# (long-scoreboard stalls, ncu). The next stage of x rides in the group of the unit DEPTH
+# after the stage's first, hence DEPTH ≤ STAGE_K / 64.
+DEPTH = {1: 4, 2: 4, 4: 4}
+SLOT_BYTES = 32  # per lane, strip and unit: 16 bytes of weights, 2 scale and 2 zeros words
 NEG_ZERO_X2 = 0x80008000  # -0.0 in both halves (f16 and bf16): a·b + (-0) = a·b, rounded once
 
 
@@ -161,8 +165,9 @@ def make_int4_block(act: str, MT: int):
     doc), called by every thread of a THREADS-thread block; ``act`` "f16" or "bf16" (x's
     type, and the fragments'), MT m16 tiles of rows (BM = 16·MT).
 
-    The block owns rows m0 .. m0 + BM and strips strip0 .. strip0 + WARPS (one a warp),
-    over K rows split·k_chunk .. + k_chunk (a multiple of STAGE_K[MT]; K_pad at most).
+    The block owns rows m0 .. m0 + BM and BLOCK_N = 16·WARPS·STRIPS_PER_WARP[MT] columns
+    from strip strip0 (STRIPS_PER_WARP consecutive strips a warp), over K rows
+    split·k_chunk .. + k_chunk (a multiple of STAGE_K[MT]; K_pad at most).
 
     x, perm      x [M, K] as uint16 bits (rows at any stride); with ``has_perm`` its
                  columns are read in the order ``perm`` (act-order weights, stored sorted
@@ -175,8 +180,8 @@ def make_int4_block(act: str, MT: int):
                  one tile per (blockIdx.y, blockIdx.x)
 
     x moves through shared memory in double-buffered stages of STAGE_K columns (zero
-    outside M and K), weights straight from global memory into registers,
-    PREFETCH_UNITS units ahead. THREADS and SHARED_BYTES are attributes."""
+    outside M and K); each lane's weights, scales and zeros through its own ring of
+    DEPTH[MT] units. THREADS, BLOCK_N, BLOCK_M, STAGE_K and SHARED_BYTES are attributes."""
     BM = 16 * MT
     SKC = STAGE_K[MT]  # a constant for the device code (numba does not type the dict)
     SK = SKC + 8  # halves per staged row: +16 bytes, so ldmatrix rows miss banks
@@ -185,7 +190,11 @@ def make_int4_block(act: str, MT: int):
     STAGE_BYTES = BM * SK * 2
     D = DEPTH[MT]
     PENDING = D - 1  # groups younger than the unit about to be computed
-    RING_BYTES = WARPS * D * 32 * SLOT_BYTES
+    SPW = STRIPS_PER_WARP[MT]
+    HALVES = 2 * SPW  # n8 halves per warp (a constant for cuda.local.array)
+    BLOCK_N = STRIP_N * WARPS * SPW
+    SLOT = SPW * 2 * RING_HALF  # a lane's ring slot stride: per strip, words then groups
+    RING_BYTES = WARPS * D * 32 * SLOT_BYTES * SPW
     CS = BLOCK_N + 4  # staged f32 C tile row stride
     CHUNKS = BM * BLOCK_N // 8
     SHARED_BYTES = max(2 * STAGE_BYTES + RING_BYTES, BM * CS * 4)
@@ -218,23 +227,32 @@ def make_int4_block(act: str, MT: int):
                                        h[4] | (h[5] << 16), h[6] | (h[7] << 16)))
 
     @device_function
-    def unit_mma(acc, a_addr, words, groups):
-        """acc += one unit (its 4 words; its scale and zeros words (s_lo, s_hi, z_lo,
+    def unit_mma(acc, a_addr, slot, live, has_zero):
+        """acc += one unit of each of the warp's strips (in the lane's ring slot at
+        ``slot``: per strip 4 words, then the scale and zeros words (s_lo, s_hi, z_lo,
         z_hi)) times the staged x at ``a_addr`` (this lane's ldmatrix address at the
-        unit's first column)."""
-        for half in range(2):
-            off_a, off_b, sa2, sb2 = column_setup(groups[half], groups[2 + half])
-            for i2 in range(2):
-                i = 2 * half + i2
-                b = dequantize_word(words[i], off_a, off_b, sa2, sb2)
-                for mt in range(MT):
-                    a = ldmatrix_x4(a_addr + uint32((mt * 16 * SK + 16 * i) * 2))
-                    d = mma(a, (b[0], b[1]), (acc[mt, 0, 0], acc[mt, 0, 1], acc[mt, 0, 2],
-                                              acc[mt, 0, 3]))
-                    acc[mt, 0, 0], acc[mt, 0, 1], acc[mt, 0, 2], acc[mt, 0, 3] = d
-                    d = mma(a, (b[2], b[3]), (acc[mt, 1, 0], acc[mt, 1, 1], acc[mt, 1, 2],
-                                              acc[mt, 1, 3]))
-                    acc[mt, 1, 0], acc[mt, 1, 1], acc[mt, 1, 2], acc[mt, 1, 3] = d
+        unit's first column); strips past N (``live`` bit t clear) are skipped."""
+        for t in range(SPW):
+            if (live >> t) & 1:
+                words = ld_shared_v4_u32(slot + uint32(t * 2 * RING_HALF))
+                groups = ld_shared_v4_u32(slot + uint32((t * 2 + 1) * RING_HALF))
+                z_lo, z_hi = groups[2], groups[3]
+                if has_zero == 0:
+                    z_lo = z_hi = uint32(SYMMETRIC_ZEROS)
+                for half in range(2):
+                    off_a, off_b, sa2, sb2 = column_setup(groups[half], z_hi if half else z_lo)
+                    for i2 in range(2):
+                        i = 2 * half + i2
+                        b = dequantize_word(words[i], off_a, off_b, sa2, sb2)
+                        for mt in range(MT):
+                            a = ldmatrix_x4(a_addr + uint32((mt * 16 * SK + 16 * i) * 2))
+                            h0, h1 = 2 * t, 2 * t + 1
+                            d = mma(a, (b[0], b[1]), (acc[mt, h0, 0], acc[mt, h0, 1],
+                                                      acc[mt, h0, 2], acc[mt, h0, 3]))
+                            acc[mt, h0, 0], acc[mt, h0, 1], acc[mt, h0, 2], acc[mt, h0, 3] = d
+                            d = mma(a, (b[2], b[3]), (acc[mt, h1, 0], acc[mt, h1, 1],
+                                                      acc[mt, h1, 2], acc[mt, h1, 3]))
+                            acc[mt, h1, 0], acc[mt, h1, 1], acc[mt, h1, 2], acc[mt, h1, 3] = d
 
     @device_function
     def int4_block(x, perm, w, scales, zeros, out32, out16, ws, counters, M, N, K, K_pad,
@@ -244,15 +262,20 @@ def make_int4_block(act: str, MT: int):
         base = shared_addr(smem16, 0)
         tid = int32(cuda.threadIdx.x)
         warp, lane = tid // 32, tid % 32
-        strip = strip0 + warp
-        live = strip < (N + STRIP_N - 1) // STRIP_N  # warps past N only join the barriers
+        n_strips = (N + STRIP_N - 1) // STRIP_N
+        first = strip0 + warp * SPW  # the warp's first strip
+        live = int32(0)  # bit t: strip first + t has columns (the rest only join barriers)
+        for t in range(SPW):
+            if first + t < n_strips:
+                live |= int32(1 << t)
         k_begin = split * k_chunk
         k_end = min(K_pad, k_begin + k_chunk)
-        units = (k_end - k_begin) // UNIT_K
+        units = int32((k_end - k_begin) // UNIT_K)
         stages = (k_end - k_begin + SKC - 1) // SKC
-        row = min(strip, (N + STRIP_N - 1) // STRIP_N - 1)  # in bounds for every warp
+        row = min(first, n_strips - 1)  # in bounds for every warp; strip t at + t rows
         w_addr = global_addr(w, (int64(row), int64((k_begin // UNIT_K) * WORDS_PER_UNIT
                                                     + lane * 4)))
+        w_pitch = int32(w.shape[1]) * 4
         s_addr = global_addr(scales, (int64(0), int64(row * 8 + lane // 4)))
         z_addr = s_addr
         if has_zero != 0:
@@ -260,20 +283,23 @@ def make_int4_block(act: str, MT: int):
         pitch = int32(scales.shape[1]) * 4
         lane_off = uint32(((lane % 16) * SK + 8 * (lane // 16)) * 2)
 
-        acc = cuda.local.array((MT, 2, 4), float32)  # [m16 tile][n8 half][C fragment]
+        acc = cuda.local.array((MT, HALVES, 4), float32)  # [m16 tile][n8 half][C fragment]
         for i in range(MT):
-            for h in range(2):
+            for h in range(HALVES):
                 for e in range(4):
                     acc[i, h, e] = float32(0.0)
-        # The lane's ring: slot j at ring + j·2·RING_HALF (weights), + RING_HALF (scales,
-        # zeros); 16-byte accesses 16 bytes apart across the warp, no bank conflicts.
-        ring = base + uint32(2 * STAGE_BYTES + warp * D * 2 * RING_HALF + lane * 16)
+        # The lane's ring: slot j at ring + j·SLOT, strip t's weights at + 2t·RING_HALF and
+        # its scales / zeros one RING_HALF on; 16-byte accesses 16 bytes apart across the
+        # warp, no bank conflicts.
+        ring = base + uint32(2 * STAGE_BYTES + warp * D * SLOT + lane * 16)
         load_stage(base, smem16, x, perm, has_perm, x_vec, M, K, m0, k_begin, tid)
         for j in range(D):
-            ok = live and j < units
-            issue_unit(ring + uint32(j * 2 * RING_HALF), w_addr + uint64(j * UNIT_BYTES if ok
-                                                                         else 0),
-                       s_addr, z_addr, pitch, k_begin + j * UNIT_K, gshift, has_zero, ok)
+            for t in range(SPW):
+                ok = (live >> t) & 1 != 0 and j < units
+                issue_unit(ring + uint32(j * SLOT + t * 2 * RING_HALF),
+                           w_addr + uint64(t * w_pitch + j * UNIT_BYTES if ok else 0),
+                           s_addr + uint64(t * 32), z_addr + uint64(t * 32), pitch,
+                           k_begin + j * UNIT_K, gshift, has_zero, ok)
             cp_async_commit_group()  # group j: unit j (and stage 0 of x in group 0)
         for st in range(stages):
             st = int32(st)
@@ -290,20 +316,19 @@ def make_int4_block(act: str, MT: int):
                 for j in range(D):
                     u = st * STAGE_UNITS + int32(v0 + j)
                     cp_async_wait_group(PENDING)  # groups up to u have landed
-                    slot = ring + uint32(j * 2 * RING_HALF)
-                    if live and u < units:
-                        words = ld_shared_v4_u32(slot)
-                        groups = ld_shared_v4_u32(slot + uint32(RING_HALF))
-                        if has_zero == 0:
-                            groups = (groups[0], groups[1], uint32(SYMMETRIC_ZEROS),
-                                      uint32(SYMMETRIC_ZEROS))
-                        unit_mma(acc, a_stage + uint32((v0 + j) * UNIT_K * 2), words, groups)
+                    slot = ring + uint32(j * SLOT)
+                    if u < units:
+                        unit_mma(acc, a_stage + uint32((v0 + j) * UNIT_K * 2), slot, live,
+                                 has_zero)
                     # Refill the slot (its words are in registers, used by the mma above):
                     # unit u + D, one group per unit whether or not it exists.
-                    ok = live and u + D < units
-                    issue_unit(slot, w_addr + uint64(int32((u + D) * UNIT_BYTES) if ok else 0),
-                               s_addr, z_addr, pitch, int32(k_begin + (u + D) * UNIT_K), gshift,
-                               has_zero, ok)
+                    for t in range(SPW):
+                        ok = (live >> t) & 1 != 0 and u + D < units
+                        issue_unit(slot + uint32(t * 2 * RING_HALF),
+                                   w_addr + uint64(int32(t * w_pitch + (u + D) * UNIT_BYTES)
+                                                   if ok else 0),
+                                   s_addr + uint64(t * 32), z_addr + uint64(t * 32), pitch,
+                                   int32(k_begin + (u + D) * UNIT_K), gshift, has_zero, ok)
                     cp_async_commit_group()
         cp_async_wait_all()
 
@@ -311,13 +336,12 @@ def make_int4_block(act: str, MT: int):
         # split-K fold, then 16-byte stores of whole 8-column chunks.
         cuda.syncthreads()
         cs = cuda.shared.array(0, float32)
-        if live:
-            for mt in range(MT):
-                for h in range(2):
-                    for e in range(4):
-                        r = mt * 16 + lane // 4 + 8 * (e // 2)
-                        c = warp * STRIP_N + h * 8 + 2 * (lane % 4) + e % 2
-                        cs[r * CS + c] = acc[mt, h, e]
+        for mt in range(MT):
+            for h in range(HALVES):
+                for e in range(4):
+                    r = mt * 16 + lane // 4 + 8 * (e // 2)
+                    c = (warp * SPW + h // 2) * STRIP_N + (h % 2) * 8 + 2 * (lane % 4) + e % 2
+                    cs[r * CS + c] = acc[mt, h, e]  # (past N: never stored)
         cuda.syncthreads()
         n0 = strip0 * STRIP_N
         if splits > 1:
@@ -332,11 +356,12 @@ def make_int4_block(act: str, MT: int):
                                  r * CS + c)
 
     int4_block.THREADS = THREADS
+    int4_block.BLOCK_N = BLOCK_N
     int4_block.SHARED_BYTES = SHARED_BYTES
     int4_block.BLOCK_M = BM
     int4_block.STAGE_K = STAGE_K[MT]
     return int4_block
 
 
-__all__ = ["BLOCK_N", "MIN_GROUP", "STAGE_K", "STRIP_N", "SYMMETRIC_ZEROS", "THREADS", "UNIT_K",
+__all__ = ["MIN_GROUP", "STAGE_K", "STRIP_N", "STRIPS_PER_WARP", "SYMMETRIC_ZEROS", "THREADS", "UNIT_K",
            "WARPS", "WORDS_PER_UNIT", "issue_unit", "make_int4_block", "word_dequantizer"]
