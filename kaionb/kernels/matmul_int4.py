@@ -30,7 +30,7 @@ from numba import cuda, int32, int64, uint16, uint32
 
 from .._device import multiprocessor_count
 from ..array import DeviceArray, asarray, bfloat16, empty, normalize_dtype
-from ..validation import as_array, check_same_device, fail
+from ..validation import as_array, fail
 from .helpers.int4 import (
     MIN_GROUP,
     STAGE_K,

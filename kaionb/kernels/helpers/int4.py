@@ -42,7 +42,6 @@ from kaionb.ptx_patches import (
     cp_async_wait_all,
     cp_async_wait_group,
     cvt_rn_bf16x2_f32,
-    cvt_rn_f16x2_f32,
     device_function,
     f16x2_to_f32x2,
     fma_rn_bf16x2,
