@@ -72,11 +72,12 @@ def run(sweep: bool):
         row["speedup_vs_f16"] = row["f16_us"] / best
         row["weight_gbps"] = w.nbytes / best / 1e3
         if sweep and m <= 128:
+            saved_target = dict(mi.TARGET_BLOCKS_PER_SM)
             for target in (0.5, 1.0, 2.0, 4.0):
-                mi.TARGET_BLOCKS_PER_SM = target
+                mi.TARGET_BLOCKS_PER_SM.update({mt: target for mt in saved_target})
                 _fresh()
                 row[f"graph_us_target_{target}"] = graph_us(torch, int4)
-            mi.TARGET_BLOCKS_PER_SM = 1.0
+            mi.TARGET_BLOCKS_PER_SM.update(saved_target)
             saved, mi.STREAM_MAX_M = mi.STREAM_MAX_M, 0
             _fresh()
             row["dequant_dense_us"] = bench_us(torch, int4)
@@ -99,11 +100,12 @@ def run(sweep: bool):
                    f16_three_us=bench_us(torch, lambda: [xt @ t.T for t in wf]))
         row["weight_gbps"] = nbytes / row["qkv_graph_us"] / 1e3
         if sweep:
+            saved_target = dict(mi.TARGET_BLOCKS_PER_SM)
             for target in (0.5, 1.0, 2.0, 4.0):
-                mi.TARGET_BLOCKS_PER_SM = target
+                mi.TARGET_BLOCKS_PER_SM.update({mt: target for mt in saved_target})
                 _fresh()
                 row[f"graph_us_target_{target}"] = graph_us(torch, qkv)
-            mi.TARGET_BLOCKS_PER_SM = 1.0
+            mi.TARGET_BLOCKS_PER_SM.update(saved_target)
             _fresh()
         rows.append(row)
     src = torch.empty(w.nbytes, dtype=torch.int8, device="cuda")

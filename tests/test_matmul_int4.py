@@ -284,7 +284,7 @@ def test_split_k_repeats_are_bit_identical(monkeypatch):
     w, w16 = _weight(2048, 136, 128, True, RNG)
     x = kaionb.asarray(_activations((5, 2048), F16, RNG))
     STATE.calls = None  # replays would keep the old plan
-    monkeypatch.setattr(mi, "TARGET_BLOCKS_PER_SM", 64.0)
+    monkeypatch.setattr(mi, "TARGET_BLOCKS_PER_SM", {mt: 64.0 for mt in (1, 2, 4)})
     first = kaionb.matmul_int4(x, w, dtype=F32).get()
     for _ in range(3):
         np.testing.assert_array_equal(kaionb.matmul_int4(x, w, dtype=F32).get(), first)

@@ -53,13 +53,14 @@ _F32, _U16, _U32 = np.dtype(np.float32), np.dtype(np.uint16), np.dtype(np.uint32
 ONE_GROUP_SHIFT = 31  # gshift of a per-channel weight: every row of K in group 0
 # Rows up to this run the weight-streaming kernel, more the dequantized dense matmul.
 STREAM_MAX_M = 128
-# Blocks of the streaming kernel resident per SM (launch bounds: registers capped at 128):
-# at 147 registers (ptxas 12.9, sm_90) one block fit, and a 224-block grid at M = 1 ran
-# as 1.7 waves at 656 GB/s (ncu, docs/perf-log-matmul.md).
-BLOCKS_PER_SM = 2
-# The streaming grid aims at this many blocks per SM (split-K makes up what the N strips
-# lack): two fit on an SM (registers), and the weight loads in flight decide the speed.
-TARGET_BLOCKS_PER_SM = 1.0
+# Blocks of the streaming kernel resident per SM, by m16 tiles per block (launch bounds:
+# 128 registers for two): at 147 registers (ptxas 12.9, sm_90) one block fit, and a
+# 224-block grid at M = 1 ran as 1.7 waves at 656 GB/s (ncu, docs/perf-log-matmul.md).
+# Four m16 tiles take ~200 registers (helpers.int4.STRIPS_PER_WARP).
+BLOCKS_PER_SM = {1: 2, 2: 2, 4: 1}
+# The blocks per SM the streaming grid aims at, by m16 tiles per block (split-K makes up
+# what the N strips lack); swept on the H100 (perf-log #21).
+TARGET_BLOCKS_PER_SM = {1: 1.0, 2: 1.0, 4: 0.5}
 
 
 def _tiles_m(m: int) -> int:
@@ -393,7 +394,7 @@ def _make_stream_kernel(act: str, MT: int):
     signature = f"void({arrays}, " + ", ".join(["int32"] * 17) + ")"
 
     @kernel([signature], name=f"_matmul_int4_fwd_kernel_{act}_m{BM}",
-            max_dynamic_shared_bytes=block.SHARED_BYTES, launch_bounds=(THREADS, BLOCKS_PER_SM))
+            max_dynamic_shared_bytes=block.SHARED_BYTES, launch_bounds=(THREADS, BLOCKS_PER_SM[MT]))
     def _matmul_int4_fwd_kernel(x, perm_q, perm_k, perm_v, w_q, w_k, w_v, s_q, s_k, s_v, z_q,
                                 z_k, z_v, o32_q, o32_k, o32_v, o16_q, o16_k, o16_v, ws, counters,
                                 M, K, K_pad, k_chunk, splits, kind, out_vec, x_vec, n_q, n_kv,
@@ -494,7 +495,7 @@ def _stream_launch(x2: DeviceArray, weights: list, outs: list) -> None:
     m_blocks = -(-m // bm)
     k_pad = weights[0].k_pad
     sms = multiprocessor_count()
-    splits = min(-(-k_pad // stage), max(1, math.ceil(TARGET_BLOCKS_PER_SM * sms
+    splits = min(-(-k_pad // stage), max(1, math.ceil(TARGET_BLOCKS_PER_SM[mt] * sms
                                                       / (n_blocks * m_blocks))))
     k_chunk = -(-(-(-k_pad // splits)) // stage) * stage
     splits = -(-k_pad // k_chunk)

@@ -71,9 +71,11 @@ WARPS = 8
 THREADS = 32 * WARPS
 # Strips per warp, by m16 tiles per block: two strips share each x fragment and the
 # per-unit overhead (waits, loop, the stage's x), which is about half of a unit's
-# instructions (H100, M = 1: 260 warp-instructions per strip and unit with one strip).
-# Four m16 tiles keep one: their accumulators would not fit 128 registers.
-STRIPS_PER_WARP = {1: 2, 2: 2, 4: 1}
+# instructions (H100, M = 1: 260 warp-instructions per strip and unit with one strip;
+# 104.6 -> 84.9 µs with two). Four strips with a 2-unit ring: 99.5 µs. Four m16 tiles with
+# two strips need ~200 registers: one block per SM (kernels.matmul_int4.BLOCKS_PER_SM),
+# 177 -> 163 µs at M = 64.
+STRIPS_PER_WARP = {1: 2, 2: 2, 4: 2}
 # Columns of x staged in shared memory per step, by m16 tiles per block: 16-34 KB a stage
 # (two in flight), so the k-chunk of a block is not bounded by shared memory.
 STAGE_K = {1: 512, 2: 256, 4: 256}
