@@ -119,7 +119,7 @@ def gpu_tour() -> None:
 
 def ops_tour() -> None:
     """Every op family once: checked against its float64 NumPy reference, timed."""
-    from kaionb.kernels import activations, matmul, norms, quantize, softmax
+    from kaionb.kernels import activations, matmul, matmul_int4, norms, quantize, softmax
     from kaionb.testing import relative_error
 
     rng = np.random.default_rng(1)
@@ -131,6 +131,9 @@ def ops_tour() -> None:
     a_h = rng.standard_normal((2048, 2048)).astype(kaionb.bfloat16)
     b_h = rng.standard_normal((2048, 2048)).astype(kaionb.bfloat16)
     a, b = kaionb.asarray(a_h), kaionb.asarray(b_h)
+    w4 = kaionb.quantize_int4(rng.standard_normal((width, width)).astype(np.float16), 128)
+    t_h = x_h[:16]
+    t = kaionb.asarray(t_h)
     cases = [
         ("rms_norm   [4096, 4096] f16", lambda: kaionb.rms_norm(x, w),
          lambda: norms.rms_norm_ref(x_h, w_h)),
@@ -146,6 +149,8 @@ def ops_tour() -> None:
          lambda: quantize.quantize_int8_ref(x_h, axis=0)[0]),
         ("matmul 2048³ bf16 → f32", lambda: kaionb.matmul(a, b),
          lambda: matmul.matmul_ref(a_h, b_h)),
+        ("matmul_int4 16×4096×4096 (GPTQ g128)", lambda: kaionb.matmul_int4(t, w4),
+         lambda: matmul_int4.matmul_int4_ref(t_h, w4)),
     ]
     print(f"\n{'op':36s} {'rel. error':>10s} {'µs':>9s}")
     for name, run, ref in cases:
