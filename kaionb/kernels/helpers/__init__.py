@@ -7,6 +7,8 @@
                      f32 stores
 - :mod:`.gemm_block` one block's mma.sync GEMM tile: mainloop, split-K fold, stores
 - :mod:`.int8`       symmetric INT8 quantization arithmetic, per-row quantization by a block
+- :mod:`.int4`       the packed INT4 (GPTQ) weight layout, its conversion into mma fragments,
+                     one block's weight-streaming W4A16 GEMM
 - :mod:`.vector`     128-bit vector loads and stores
 - :mod:`.rowwise`    row kernels' building blocks: per-dtype 16-byte codecs (load, store,
                      unpack to / pack from f32), [rows, n] views and launch plans
