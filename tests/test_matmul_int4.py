@@ -296,10 +296,14 @@ def test_split_k_repeats_are_bit_identical(monkeypatch):
 def test_batched_and_strided_activations():
     w, w16 = _weight(256, 40, 64, False, RNG)
     x = _activations((2, 3, 260), F16, RNG)
-    xs = kaionb.asarray(x)[..., 3:259]  # rows not 16-byte aligned: the element loader
-    out = kaionb.matmul_int4(xs, w)
+    out = kaionb.matmul_int4(kaionb.asarray(x)[..., 3:259], w)  # batched: copied rows
     assert out.shape == (2, 3, 40) and out.dtype == F16
     _check(out.get(), x[..., 3:259], w16, F16)
+    x2 = _activations((5, 264), bfloat16, RNG)
+    for cols in (slice(3, 259), slice(8, 264)):  # rows read in place: element / cp.async
+        out = poisoned((5, 40), F32)
+        kaionb.matmul_int4(kaionb.asarray(x2)[:, cols], w, out=out)
+        _check(out.get(), x2[:, cols], mi.dequantize_int4_ref(w, bfloat16), F32)
 
 
 @gpu

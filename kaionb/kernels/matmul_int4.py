@@ -552,14 +552,12 @@ def _activations(op: str, name: str, x) -> DeviceArray:
 
 
 def _rows(x: DeviceArray) -> DeviceArray:
-    """x [..., K] as [M, K] with unit stride along K (a copy where it has none)."""
-    m = math.prod(x.shape[:-1])
-    if x.shape[-1] > 1 and x.strides[-1] != x.itemsize:
-        x = x.copy()
-    try:
-        return x.reshape(m, x.shape[-1])
-    except ValueError:
-        return x.copy().reshape(m, x.shape[-1])
+    """x [..., K] as [M, K] rows with unit stride along K: a 2-D x with unit column stride
+    as it is (the kernels take rows at any stride), else a reshape (a copy unless
+    C-contiguous)."""
+    if x.ndim == 2 and (x.shape[1] <= 1 or x.strides[1] == x.itemsize):
+        return x
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
 @fast_path
