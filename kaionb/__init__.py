@@ -16,6 +16,13 @@ from .array import (
     zeros_like,
 )
 from .graphs import Graph, graph
+from .kernels.attention import (
+    attention,
+    attention_flash,
+    attention_flash_causal,
+    attention_tc,
+    attention_tc_causal,
+)
 from .kernels.activations import fused_silu_gate, gelu
 from .kernels.matmul import (
     matmul,
@@ -46,6 +53,11 @@ __all__ = [
     "Int4Weight",
     "Stream",
     "asarray",
+    "attention",
+    "attention_flash",
+    "attention_flash_causal",
+    "attention_tc",
+    "attention_tc_causal",
     "bfloat16",
     "current_stream",
     "dequantize_int4",

@@ -5,6 +5,8 @@
 - :mod:`.tiles`      swizzled shared tiles and the cp.async tile loader
 - :mod:`.epilogue`   f32 accumulators (fragments or a staged shared tile) -> f16 / bf16 /
                      f32 stores
+- :mod:`.attention`  one block's FlashAttention forward (mma.sync): online softmax over
+                     K/V tiles streamed by cp.async, P reused from registers
 - :mod:`.gemm_block` one block's mma.sync GEMM tile: mainloop, split-K fold, stores
 - :mod:`.int8`       symmetric INT8 quantization arithmetic, per-row quantization by a block
 - :mod:`.int4`       the packed INT4 (GPTQ) weight layout, its conversion into mma fragments,

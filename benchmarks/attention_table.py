@@ -1,0 +1,129 @@
+"""Attention forward: kaionb against torch SDPA's FlashAttention-2 and cuDNN backends,
+same GPU, same run, same inputs (bf16 unless --dtype f16).
+
+    python benchmarks/attention_table.py [--dtype bf16] [--shapes NAME,...] [--json out.json]
+
+Shapes are the issue's: B4 H16 S4096 D128 (full and causal), B4 H32 S4096 D64,
+B16 H16 S1024 D128, GQA 32/8 S4096 D128 causal, and decode B16 Hq32 Hkv8 Sk8192 D128.
+FLOPs = 4·B·Hq·Sq·Sk·D, halved for causal (Sq = Sk); decode reports GB/s of K and V
+(2·B·Hkv·Sk·D·2 bytes). Timing: CUDA events around batches of calls after a warm-up,
+median of 15 batches; inputs random normals. kaionb writes into a preallocated ``out``.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+import kaionb
+
+SHAPES = {
+    # name: (B, Hq, Hkv, Sq, Sk, D, causal)
+    "b4h16s4096d128": (4, 16, 16, 4096, 4096, 128, False),
+    "b4h16s4096d128-causal": (4, 16, 16, 4096, 4096, 128, True),
+    "b4h32s4096d64": (4, 32, 32, 4096, 4096, 64, False),
+    "b16h16s1024d128": (16, 16, 16, 1024, 1024, 128, False),
+    "gqa32/8-s4096d128-causal": (4, 32, 8, 4096, 4096, 128, True),
+    "decode-b16hq32hkv8-sk8192d128": (16, 32, 8, 1, 8192, 128, False),
+}
+
+
+def bench_ms(torch, fn):
+    """Median ms per call: batches sized to ~20 ms, 15 batches after a warm-up."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    batch = int(min(200, max(1, 20.0 / max(start.elapsed_time(stop), 1e-3))))
+    samples = []
+    for _ in range(15):
+        start.record()
+        for _ in range(batch):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) / batch)
+    return statistics.median(samples)
+
+
+def sdpa(torch, backend, q, k, v, causal):
+    """torch SDPA on one backend; GQA through enable_gqa (K/V not repeated). None when
+    the backend refuses the case."""
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as attn
+
+    gqa = q.shape[1] != k.shape[1]
+
+    def run():
+        with sdpa_kernel([backend]):
+            return attn(q, k, v, is_causal=causal, enable_gqa=gqa)
+    try:
+        run()
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        return None, str(exc).splitlines()[0][:80]
+    return run, None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "f16"))
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if not kaionb.gpu_available():
+        print("no CUDA GPU: nothing to time")
+        return 0
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    rows = []
+    print(f"{'shape':32s} {'kaionb':>16s} {'FA2':>16s} {'cuDNN':>16s} {'÷FA2':>6s} {'÷cuDNN':>6s}")
+    for name in args.shapes.split(","):
+        B, Hq, Hkv, Sq, Sk, D, causal = SHAPES[name]
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=dtype, generator=gen)
+        k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen)
+        v = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen)
+        out = torch.empty_like(q)
+        kq, kk, kv, ko = (kaionb.asarray(t) for t in (q, k, v, out))
+        decode = Sq <= 16
+        work = (2 * B * Hkv * Sk * D * 2) if decode else 4 * B * Hq * Sq * Sk * D * (
+            0.5 if causal else 1.0)
+        unit = "GB/s" if decode else "TFLOP/s"
+
+        def rate(ms):
+            return work / (ms * 1e-3) / (1e9 if decode else 1e12)
+
+        times = {"kaionb": bench_ms(torch, lambda: kaionb.attention(kq, kk, kv, causal=causal,
+                                                                     out=ko))}
+        notes = {}
+        for label, backend in (("FA2", SDPBackend.FLASH_ATTENTION),
+                               ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+            fn, why = sdpa(torch, backend, q, k, v, causal)
+            times[label] = bench_ms(torch, fn) if fn else None
+            if why:
+                notes[label] = why
+        cells = [f"{times[x] * 1e3:7.1f}µs {rate(times[x]):6.0f}" if times[x] else f"{'n/a':>16s}"
+                 for x in ("kaionb", "FA2", "cuDNN")]
+        ratios = [f"{times[x] / times['kaionb']:6.2f}" if times[x] else "   n/a"
+                  for x in ("FA2", "cuDNN")]
+        print(f"{name:32s} {cells[0]} {cells[1]} {cells[2]} {ratios[0]} {ratios[1]}  ({unit})",
+              flush=True)
+        rows.append(dict(shape=name, unit=unit, ms=times, rate={x: rate(t) for x, t in
+                                                                times.items() if t},
+                         notes=notes))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(device=torch.cuda.get_device_name(), dtype=args.dtype, rows=rows),
+                      fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

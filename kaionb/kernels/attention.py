@@ -1,0 +1,369 @@
+"""Scaled dot-product attention on tensor cores (FlashAttention forward): multi-head,
+batched, GQA/MQA, causal, and flash-decoding for short queries against a long KV cache.
+
+    O = softmax(scale · Q·Kᵀ + mask) · V,    lse = log Σ_j exp(scale · q·k_j)   per row
+
+Q [B, Hq, Sq, D], K and V [B, Hkv, Sk, D] with Hq a multiple of Hkv: query head h reads
+K/V head h // (Hq / Hkv). Causal masks align bottom-right (FlashAttention-2's convention):
+query i sees keys j ≤ i + Sk − Sq, so the last query sees every key; with Sq > Sk the
+first Sq − Sk queries see none, and a row with no key is defined as O = 0, lse = −inf.
+
+Kernel: :mod:`.helpers.attention` (mma.sync m16n8k16, cp.async, online softmax), one
+block per (query tile, head or GQA group, batch × key split). The grid and tile:
+
+- prefill: 4 warps × 16 rows (BM 64) per block, K/V tiles of 64 keys (32 for D > 128),
+  one block per head; the key range is split when the grid would not fill the GPU.
+- decode (the GQA group's queries fit one m16 tile: Hq/Hkv · Sq ≤ 16): one warp per block
+  holding the whole group, so K/V are read once per KV head; the keys are split over
+  enough blocks to fill the GPU (flash-decoding) and a second kernel merges the splits'
+  (O_s, lse_s): O = Σ_s e^(lse_s − lse) O_s, lse = log Σ_s e^lse_s.
+
+Heads are compiled for DP ∈ {32, 64, 96, 128, 192, 256} (D rounded up; D any multiple of
+8 up to 256): the columns past D are zero-filled loads and unstored outputs.
+
+float32 inputs run the bf16 kernel on bf16 copies (tensor cores, f32 accumulation and
+softmax) and return float32: relative error ~3e-3 (bf16's rounding of the inputs), not
+float32 accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32, int64
+
+from .._device import multiprocessor_count
+from ..array import DeviceArray, _contiguous_strides, bfloat16, empty
+from ..ptx_patches import ex2_approx_f32, global_addr, st_global_b32
+from ..validation import as_array, check_contiguous, check_same_dtype, fail
+from .helpers.attention import LN2, LOG2E, attention_block
+from .helpers.epilogue import OUT_BF16, OUT_F16, OUT_F32, pack_pair
+from .launch import kernel
+from .op import ANY_LAYOUT, Plan, fast_path, output, run
+
+# Head dimensions compiled (D is rounded up to one of these).
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+MAX_HEAD_DIM = HEAD_DIMS[-1]
+# Tiles: warps of 16 query rows per block.
+TILES = {"prefill": 4, "decode": 1}
+
+
+def keys_per_tile(DP: int) -> int:
+    """BN: 64 keys up to DP = 128; fewer for wider heads, whose O fragments (DP/2
+    registers per lane) leave less room for S (BN/2): at DP = 256, BN = 32 spilled on
+    sm_90a (ptxas -v: 12 stores, 32 loads), BN = 16 does not."""
+    return 64 if DP <= 128 else 32 if DP <= 192 else 16
+DECODE_MAX_ROWS = 16  # a GQA group's packed queries that fit the decode tile
+# Split the keys until the grid has this many blocks per SM (decode: one warp each).
+TARGET_BLOCKS_PER_SM = {"prefill": 2, "decode": 8}
+MIN_TILES_PER_SPLIT = 2  # a split streams at least this many K/V tiles
+COMBINE_WARPS = 4
+
+_F32 = np.dtype(np.float32)
+_U16 = np.dtype(np.uint16)
+_INPUT_DTYPES = (np.dtype(np.float16), bfloat16, _F32)
+_OPERAND = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
+_KIND = {_F32: OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
+
+
+# -- kernels ---------------------------------------------------------------------------------
+
+def _make_attention_kernel(operand: str, DP: int, tile: str):
+    """One variant (operand × head dimension × tile). Arguments: q, k, v (uint16 bits,
+    4-D, any strides); out32 / out16 (the output [Z, Hq, Sq, D] for kind OUT_F32, or the
+    f16/bf16 bits) and lse [Z, Hq, Sq] — Z = B, or splits·B partials; then kind, Sq, Sk,
+    D, G (= Hq/Hkv), P (heads packed per block: 1 or G), causal, scale·log2(e), keys per
+    split, B. Grid: (row tiles, Hq / P, splits · B)."""
+    blk = attention_block(operand, DP, keys_per_tile(DP), TILES[tile])
+    block = blk.block
+    BM = blk.BM
+    signature = ("void(uint16[:, :, :, :], uint16[:, :, :, :], uint16[:, :, :, :], "
+                 "float32[:, :, :, :], uint16[:, :, :, :], float32[:, :, ::1], int32, int32, "
+                 "int32, int32, int32, int32, int32, float32, int32, int32)")
+
+    @kernel([signature], name=f"_attention_fwd_kernel_{operand}_d{DP}_{tile}",
+            max_dynamic_shared_bytes=blk.SHARED_BYTES, launch_bounds=blk.THREADS)
+    def _attention_fwd_kernel(q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal,
+                              scale_log2, keys_per_split, B):
+        smem = cuda.shared.array(0, np.uint8)
+        z = int32(cuda.blockIdx.z)
+        split = z // B
+        n_begin = split * keys_per_split
+        block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal, scale_log2,
+              z - split * B, z, int32(cuda.blockIdx.y), int32(cuda.blockIdx.x) * BM, n_begin,
+              min(Sk, n_begin + keys_per_split))
+
+    _attention_fwd_kernel.block = blk
+    return _attention_fwd_kernel
+
+
+_KERNELS = {(operand, DP, tile): _make_attention_kernel(operand, DP, tile)
+            for operand in ("f16", "bf16") for DP in HEAD_DIMS for tile in TILES}
+
+
+@kernel(["void(float32[:, :, :, ::1], float32[:, :, ::1], float32[:, :, :, :], "
+         "uint16[:, :, :, :], float32[:, :, ::1], int32, int32, int32, int32)"],
+        name="_attention_combine_kernel", launch_bounds=32 * COMBINE_WARPS)
+def _attention_combine_kernel(ws, ws_lse, out32, out16, lse, kind, splits, B, D):
+    """Merge the key splits of each row (module doc), one warp per row: ws [splits·B, Hq,
+    Sq, D] holds each split's normalized O_s, ws_lse its lse_s (−inf: no key)."""
+    _, H, S = lse.shape
+    row = int32(cuda.blockIdx.x) * COMBINE_WARPS + int32(cuda.threadIdx.x) // 32
+    lane = int32(cuda.threadIdx.x) % 32
+    if row >= B * H * S:
+        return
+    b = row // (H * S)
+    h = (row // S) % H
+    i = row % S
+    neg_inf = float32(-math.inf)
+    top = neg_inf
+    for s in range(splits):
+        top = max(top, ws_lse[s * B + b, h, i])
+    total = float32(0.0)
+    if top != neg_inf:
+        for s in range(splits):
+            total += ex2_approx_f32((ws_lse[s * B + b, h, i] - top) * float32(LOG2E))
+    inv = float32(1.0) / total if total > float32(0.0) else float32(0.0)
+    for d in range(2 * lane, D, 64):  # column pairs: D is even
+        x0 = float32(0.0)
+        x1 = float32(0.0)
+        if top != neg_inf:
+            for s in range(splits):
+                w = ex2_approx_f32((ws_lse[s * B + b, h, i] - top) * float32(LOG2E))
+                x0 += w * ws[s * B + b, h, i, d]
+                x1 += w * ws[s * B + b, h, i, d + 1]
+        if kind == OUT_F32:
+            out32[b, h, i, d] = x0 * inv
+            out32[b, h, i, d + 1] = x1 * inv
+        else:
+            st_global_b32(global_addr(out16, (int64(b), int64(h), int64(i), int64(d))), pack_pair(kind, x0 * inv, x1 * inv))
+    if lane == 0:
+        lse[b, h, i] = top + math.log(total) if total > float32(0.0) else neg_inf
+
+
+# -- host entries ----------------------------------------------------------------------------
+
+def _as_4d(x: DeviceArray) -> DeviceArray:
+    """[S, D] and [H, S, D] as [1, 1, S, D] / [1, H, S, D] views."""
+    lead = 4 - x.ndim
+    return x._view((1,) * lead + x.shape, (0,) * lead + x.strides)
+
+
+def _aligned(x: DeviceArray) -> bool:
+    """cp.async reads 16-byte chunks: base pointer and every row stride 16-byte aligned."""
+    return x.ptr % 16 == 0 and all(s % 16 == 0 for d, s in zip(x.shape[:-1], x.strides[:-1])
+                                   if d > 1)
+
+
+def _operand(x4: DeviceArray, dtype) -> DeviceArray:
+    """The kernel's view of an input: bf16 copies of float32, contiguous copies of
+    misaligned data, as uint16 bits."""
+    if dtype == _F32:
+        x4 = x4.astype(bfloat16)
+    elif not _aligned(x4):
+        x4 = x4.copy()
+    return x4._view(x4.shape, x4.strides, dtype=_U16)
+
+
+def _head_dim_class(D: int) -> int:
+    return next(dp for dp in HEAD_DIMS if dp >= D)
+
+
+def _check_inputs(op, q, k, v):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not 2 <= x.ndim <= 4:
+            fail(ValueError, op, name, "2 to 4 dimensions ([S, D], [H, S, D] or "
+                 "[B, H, S, D])", f"{x.ndim} (shape {x.shape})")
+        check_contiguous(op, name, x, last_axis_only=True)
+    check_same_dtype(op, q=q, k=k, v=v)
+    for name, x in (("k", k), ("v", v)):
+        if x.ndim != q.ndim:
+            fail(ValueError, op, name, f"{q.ndim} dimensions (as q, shape {q.shape})",
+                 f"{x.ndim} (shape {x.shape})")
+        if x.device_id != q.device_id:
+            fail(ValueError, op, name, f"device {q.device_id} (where 'q' is)",
+                 f"device {x.device_id}")
+    if v.shape != k.shape:
+        fail(ValueError, op, "v", f"the shape of 'k' {k.shape}", v.shape)
+    D = q.shape[-1]
+    if k.shape[-1] != D:
+        fail(ValueError, op, "k", f"head dimension {D} (q's last axis)", k.shape[-1])
+    if D % 8 or not 8 <= D <= MAX_HEAD_DIM:
+        fail(ValueError, op, "q", f"a head dimension (last axis) that is a multiple of 8 "
+             f"from 8 to {MAX_HEAD_DIM}", D)
+    if q.ndim == 4 and k.shape[0] != q.shape[0]:
+        fail(ValueError, op, "k", f"batch {q.shape[0]} (q's first axis)", k.shape[0])
+    if q.ndim >= 3:
+        hq, hkv = q.shape[-3], k.shape[-3]
+        if hkv == 0 or hq % hkv:
+            fail(ValueError, op, "k", f"a number of heads that divides q's {hq} (GQA)", hkv)
+
+
+def _splits(blocks: int, key_tiles: int, tile: str) -> int:
+    """Key splits: enough blocks for TARGET_BLOCKS_PER_SM, each split ≥ MIN_TILES_PER_SPLIT
+    tiles of keys."""
+    target = TARGET_BLOCKS_PER_SM[tile] * multiprocessor_count()
+    if blocks >= target:
+        return 1
+    return max(1, min(-(-target // blocks), key_tiles // MIN_TILES_PER_SPLIT))
+
+
+@fast_path
+def attention_fwd(q, k, v, causal=False, scale=None, return_lse=False, *, out=None,
+                  dtype=None, op="attention"):
+    """Validate, resolve the output(s) and launch. Returns ``out`` or ``(out, lse)``."""
+    q = as_array(op, "q", q, dtypes=_INPUT_DTYPES)
+    k = as_array(op, "k", k, dtypes=_INPUT_DTYPES)
+    v = as_array(op, "v", v, dtypes=_INPUT_DTYPES)
+    _check_inputs(op, q, k, v)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    elif (not isinstance(scale, (int, float, np.floating, np.integer))
+          or isinstance(scale, bool)):
+        fail(TypeError, op, "scale", "a float", type(scale).__name__)
+    elif not (math.isfinite(scale) and scale > 0):
+        fail(ValueError, op, "scale", "a finite value > 0", scale)
+    out_dtype = q.dtype if dtype is None else np.dtype(dtype)
+    out = output(op, out, q.shape, out_dtype, device=q.device_id)
+    if out.strides[-1] != out.itemsize or out.ptr % 4 or any(
+            s % 4 for d, s in zip(out.shape[:-1], out.strides[:-1]) if d > 1):
+        fail(ValueError, op, "out", "4-byte aligned rows with a contiguous last axis",
+             f"pointer 0x{out.ptr:x}, strides {out.strides}")
+    if return_lse:
+        lse = output(op, None, q.shape[:-1], _F32, device=q.device_id, layout=ANY_LAYOUT)
+        return run(_attention_launch, q, k, v, bool(causal), float(scale), out=(out, lse))
+    return run(_attention_launch, q, k, v, bool(causal), float(scale), out=out)
+
+
+def _attention_launch(q, k, v, causal, scale, out, lse=None):
+    """Pick the tile and the key splits, launch the attention kernel (and the combine)."""
+    q4, k4, v4, o4 = _as_4d(q), _as_4d(k), _as_4d(v), _as_4d(out)
+    B, Hq, Sq, D = q4.shape
+    Hkv, Sk = k4.shape[1], k4.shape[2]
+    G = Hq // Hkv
+    if lse is None:
+        lse = empty((B, Hq, Sq), _F32)
+    lse3 = lse._view((B, Hq, Sq), _contiguous_strides((B, Hq, Sq), 4))
+    in_dtype = q.dtype
+    operand = _OPERAND.get(in_dtype, "bf16")
+    q4, k4, v4 = _operand(q4, in_dtype), _operand(k4, in_dtype), _operand(v4, in_dtype)
+    DP = _head_dim_class(D)
+    tile = "decode" if G * Sq <= DECODE_MAX_ROWS else "prefill"
+    kdef = _KERNELS[(operand, DP, tile)]
+    BM, BN = kdef.block.BM, kdef.block.BN
+    # Pack the GQA group's queries into one block's rows when a head's queries alone
+    # would leave most of the tile empty.
+    P = G if Sq < BM else 1
+    rows = P * Sq
+    grid_xy = (-(-rows // BM), Hq // P)
+    key_tiles = -(-Sk // BN)
+    splits = _splits(grid_xy[0] * grid_xy[1] * B, key_tiles, tile) if Sk else 1
+    keys_per_split = -(-key_tiles // splits) * BN if Sk else BN
+    splits = max(1, -(-Sk // keys_per_split))
+    scale_log2 = scale * LOG2E
+    plan = Plan.of(kdef, (*grid_xy, splits * B), (kdef.block.THREADS,), kdef.block.SHARED_BYTES)
+    if splits == 1:
+        plan.launch(q4, k4, v4, *_output_pair(o4), lse3, _KIND[out.dtype], Sq, Sk, D, G, P,
+                    int(causal), scale_log2, keys_per_split, B)
+        return
+    ws = empty((splits * B, Hq, Sq, D), _F32)
+    ws_lse = empty((splits * B, Hq, Sq), _F32)
+    plan.launch(q4, k4, v4, *_output_pair(ws), ws_lse, OUT_F32, Sq, Sk, D, G, P, int(causal),
+                scale_log2, keys_per_split, B)
+    rows_total = B * Hq * Sq
+    Plan.of(_attention_combine_kernel, (-(-rows_total // COMBINE_WARPS),),
+            (32 * COMBINE_WARPS,)).launch(ws, ws_lse, *_output_pair(o4), lse3, _KIND[out.dtype],
+                                          splits, B, D)
+
+
+def _output_pair(o4: DeviceArray) -> tuple:
+    """(out32, out16) kernel arguments: the output as f32, or as uint16 bits, beside an
+    empty view of the other kind (never written)."""
+    if o4.dtype == _F32:
+        return o4, o4._view((0, 0, 0, 0), (2, 2, 2, 2), dtype=_U16)
+    return o4._view((0, 0, 0, 0), (4, 4, 4, 4), dtype=_F32), o4._view(o4.shape, o4.strides,
+                                                                       dtype=_U16)
+
+
+def attention_ref(q, k, v, causal=False, scale=None):
+    """float64 NumPy reference: (out, lse) with GQA, causal bottom-right; rows with no key
+    give out 0 and lse −inf."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    lead = 4 - q.ndim
+    q4, k4, v4 = (x.reshape((1,) * lead + x.shape) for x in (q, k, v))
+    G = q4.shape[1] // k4.shape[1]
+    k4, v4 = np.repeat(k4, G, axis=1), np.repeat(v4, G, axis=1)
+    Sq, Sk = q4.shape[2], k4.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.einsum("bhqd,bhkd->bhqk", q4, k4) * scale
+    if causal:
+        allowed = np.arange(Sk)[None, :] <= np.arange(Sq)[:, None] + (Sk - Sq)
+        s = np.where(allowed, s, -np.inf)
+    top = s.max(axis=-1, keepdims=True) if Sk else np.full(s.shape[:-1] + (1,), -np.inf)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(s - top)
+    total = e.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(total > 0, np.einsum("bhqk,bhkd->bhqd", e, v4) / total, 0.0)
+        lse = np.where(total[..., 0] > 0, top[..., 0] + np.log(total[..., 0]), -np.inf)
+    return out.reshape(q.shape), lse.reshape(q.shape[:-1])
+
+
+def attention(q, k, v, *, causal=False, scale=None, return_lse=False, out=None):
+    """Scaled dot-product attention, FlashAttention on tensor cores (module doc).
+
+    Parameters
+    ----------
+    q : [B, Hq, Sq, D], [Hq, Sq, D] or [Sq, D]; float16, bfloat16 or float32. Any strides
+        with a contiguous last axis ([B, S, H, D] memory as a ``transpose(0, 2, 1, 3)``
+        view, no copy).
+    k, v : [B, Hkv, Sk, D] (same rank and dtype as q); Hq a multiple of Hkv (GQA/MQA).
+    causal : mask keys j > i + Sk − Sq (bottom-right aligned).
+    scale : multiplies Q·Kᵀ; default 1/sqrt(D).
+    return_lse : also return the rows' log-sum-exp (float32, q.shape[:-1]), what the
+        backward needs.
+    out : an array of q's shape and dtype to write (contiguous last axis).
+
+    Returns
+    -------
+    out (q's shape and dtype), or (out, lse). A row that sees no key (causal, Sq > Sk)
+    gets zeros and lse −inf.
+
+    Raises
+    ------
+    TypeError for a dtype other than f16/bf16/f32 or mixed dtypes; ValueError for shapes
+    that do not match (batch, heads, D, k vs v), D not a multiple of 8 in [8, 256], a
+    non-contiguous last axis, or an ``out`` of the wrong shape — all before any launch.
+    """
+    return attention_fwd(q, k, v, causal, scale, return_lse, out=out)
+
+
+def _kaio_entry(name, causal, out_dtype, doc):
+    def entry(q, k, v, *, scale=None, with_stats=False, out=None):
+        for arg, x in (("q", q), ("k", k), ("v", v)):
+            ndim = getattr(x, "ndim", None)
+            if ndim != 2:
+                fail(ValueError, name, arg, "2 dimensions [S, D] (one head; "
+                     "kaionb.attention takes batches and heads)", ndim)
+        return attention_fwd(q, k, v, causal, scale, with_stats, out=out, dtype=out_dtype,
+                             op=name)
+    entry.__name__ = entry.__qualname__ = name
+    entry.__doc__ = doc + """
+
+    q [Sq, D], k and v [Sk, D]; ``with_stats=True`` also returns the rows' log-sum-exp
+    (float32 [Sq]) for a backward pass. The same kernels as :func:`attention` (no cap on
+    Sk); ``scale`` defaults to 1/sqrt(D)."""
+    return entry
+
+
+attention_tc = _kaio_entry("attention_tc", False, _F32,
+                           "KAIO's tensor-core attention: float16 inputs, float32 output.")
+attention_tc_causal = _kaio_entry("attention_tc_causal", True, _F32,
+                                  "KAIO's causal tensor-core attention: float16 inputs, "
+                                  "float32 output.")
+attention_flash = _kaio_entry("attention_flash", False, None,
+                              "KAIO's FlashAttention: one head, output in the input dtype.")
+attention_flash_causal = _kaio_entry("attention_flash_causal", True, None,
+                                     "KAIO's causal FlashAttention: one head, output in the "
+                                     "input dtype.")

@@ -1,0 +1,378 @@
+"""One block's FlashAttention forward on ``mma.sync`` (every GPU from sm_80): a tile of
+query rows against a range of keys, with the online softmax (FlashAttention-2, Dao 2023,
+https://arxiv.org/abs/2307.08691).
+
+For each key tile K_j, V_j (BN keys) a warp holding 16·MT query rows computes
+
+    S   = Q·K_jᵀ                              mma m16n8k16, Q from registers or shared
+    m'  = max(m, rowmax S)                     quad shuffles (a row lives in 4 lanes)
+    P   = 2^(S·c − m'·c),  c = scale·log2(e)   ex2.approx, one fma per element
+    ℓ   = ℓ·2^((m − m')·c) + rowsum P          lane-partial sums, quad-reduced at the end
+    O   = O·2^((m − m')·c) + P·V_j             P's C fragments repacked as A fragments
+
+and at the end O/ℓ and lse = (m·c + log2 ℓ)·ln 2 (natural log). The S accumulator of two
+adjacent n8 tiles is exactly the A fragment of one k16 step of P·V (FlashAttention-2's
+register reuse): no shared-memory round trip for P.
+
+Memory: Q (BM rows), two K and two V stages (BN rows each) in dynamic shared memory, every
+tile stored with rows of DT = DP rounded up to 64 elements, in 128-byte panels with the
+128-byte swizzle (``mma_pipeline.tile_offset``), so every ldmatrix phase hits 8 bank
+groups. cp.async moves 16-byte chunks; chunks past the key / query range or past the head
+dimension D are zero-filled (zero columns add nothing to Q·Kᵀ, zero V columns are never
+stored). Pipeline, per key tile j (two groups in flight):
+
+    wait K_j · barrier · S = Q·K_jᵀ · issue K_j+1 · softmax · wait V_j · barrier ·
+    issue V_j+1 · O += P·V_j
+
+Rows: a block's rows are *packed* query rows r = head_in_group·Sq + i over P heads that
+share one K/V head (P = 1: one head, rows are queries; P = the GQA group: decode, where
+Sq is small and the group's queries fill the m16 tiles, reading K/V once per group).
+Masks: keys at or past ``n_hi`` (the key range's end) and, causal, keys past
+i + Sk − Sq (bottom-right alignment, FlashAttention-2's) read as −inf; only the tiles that
+reach a row's limit pay for the mask. A row with no key gets O = 0 and lse = −inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32, int32, int64, uint32, uint64
+
+from kaionb.ptx_patches import (
+    cp_async_cg_16,
+    cp_async_commit_group,
+    cp_async_wait_group,
+    device_function,
+    ex2_approx_f32,
+    global_addr,
+    ldmatrix_x4,
+    ldmatrix_x4_trans,
+    shared_addr,
+    st_global_v4_f32,
+    st_global_v4_u32,
+)
+
+from .epilogue import OUT_F32, pack_pair
+from .fragments import ldmatrix_x4_b_row_col, ldmatrix_x4_row_col
+from .mma_pipeline import LINE, OPERANDS, tile_offset
+from .reduce import FULL_MASK
+from .tiles import swizzle_128b
+
+LN2 = 0.6931471805599453
+LOG2E = 1.4426950408889634
+PANEL_ROW_STEP = 16 * LINE  # 16 rows of a panel: two swizzle periods, offsets add
+NEG_INF = float32(-math.inf)
+
+
+class AttentionBlock:
+    """Compile-time geometry and the device function of one variant.
+
+    ``operand``: "f16" or "bf16"; ``DP``: head dimension the tiles compute (a multiple of
+    16; D ≤ DP, the rest zero); ``BN``: keys per tile; ``WARPS`` warps of 16 rows each.
+
+    ``block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal, scale_log2,
+    b, zo, hg, m0, n_begin, n_hi)``: rows m0… of head group ``hg`` (heads hg·P …, packed
+    as in the module doc) of batch ``b`` against keys [n_begin, n_hi); the output goes to
+    ``out32`` (``kind`` OUT_F32) or ``out16`` (f16/bf16 bits) at batch index ``zo``, the
+    log-sum-exp to ``lse[zo]``. q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] are uint16
+    arrays with any strides (16-byte aligned rows), outputs too; G = Hq / Hkv.
+    """
+
+    def __init__(self, operand: str, DP: int, BN: int, WARPS: int):
+        if operand not in ("f16", "bf16"):
+            raise ValueError(f"attention block: operand must be f16 or bf16, got {operand!r}")
+        if DP % 16 or not 16 <= DP <= 256 or BN % 16:
+            raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16")
+        mma = OPERANDS[operand].mma
+        KIND = 1 if operand == "f16" else 2  # helpers.epilogue's OUT_F16 / OUT_BF16
+        BM = 16 * WARPS
+        THREADS = 32 * WARPS
+        DT = -(-DP // 64) * 64  # stored row: whole 128-byte panels
+        Q_BYTES, KV_BYTES = BM * DT * 2, BN * DT * 2
+        K_BASE = Q_BYTES
+        V_BASE = Q_BYTES + 2 * KV_BYTES
+        CS = DP + 8  # row stride (f32) of the staged output: conflict-free 8-byte stores
+        SHARED_BYTES = max(Q_BYTES + 4 * KV_BYTES, (BM * CS + BM) * 4)  # or staged O + lse
+        KS = DP // 16  # k16 steps of Q·Kᵀ; n16 pairs of P·V's output
+        NS = BN // 8  # n8 tiles of S
+        KK = BN // 16  # k16 steps of P·V
+        ND = DP // 8  # n8 tiles of O
+        CPR = DP // 8  # 16-byte chunks of a row that hold data
+        # Q's fragments stay in registers (4·KS) up to DP = 128; wider heads read them from
+        # shared memory at every k-step (the register file holds O).
+        Q_IN_REGS = DP <= 128
+        QF_SIZE = KS if Q_IN_REGS else 1
+
+        @device_function
+        def chunk_offset(r, c, ROWS):
+            """Byte offset of 16-byte chunk c of row r in a tile of ROWS rows."""
+            return tile_offset(r, c * 16, ROWS, DT * 2)
+
+        @device_function
+        def load_kv_tile(smem, stage, src, b, hkv, n0, n_hi, D, tid):
+            """cp.async keys n0 … n0+BN−1 of ``src[b, hkv]`` into the tile at ``stage``."""
+            rows = n_hi - n0
+            base = global_addr(src, (int64(b), int64(hkv), int64(n0), int64(0)))
+            row_bytes = int64(src.strides[2])
+            for ch in range(tid, BN * CPR, THREADS):
+                r = ch // CPR
+                c = ch - r * CPR
+                ok = r < rows and c * 8 < D
+                addr = base + uint64(int64(r) * row_bytes + c * 16) if ok else base
+                cp_async_cg_16(shared_addr(smem, stage + chunk_offset(r, c, BN)), addr,
+                               16 if ok else 0)
+
+        @device_function
+        def row_head(row, hg, P, Sq):
+            """(query head, query index) of packed row ``row``."""
+            hi = row // Sq
+            return hg * P + hi, row - hi * Sq
+
+        @device_function
+        def load_q_tile(smem, q, b, hg, m0, rows_total, Sq, P, D, tid):
+            """cp.async packed rows m0 … m0+BM−1 of head group hg into the Q tile."""
+            base = global_addr(q, (int64(b), int64(0), int64(0), int64(0)))
+            for ch in range(tid, BM * CPR, THREADS):
+                r = ch // CPR
+                c = ch - r * CPR
+                ok = m0 + r < rows_total and c * 8 < D
+                addr = base
+                if ok:
+                    hq, qi = row_head(m0 + r, hg, P, Sq)
+                    addr = global_addr(q, (int64(b), int64(hq), int64(qi), int64(c * 8)))
+                cp_async_cg_16(shared_addr(smem, chunk_offset(r, c, BM)), addr,
+                               16 if ok else 0)
+
+        def make_row_half(H):
+            """The per-row steps for row g + 8·H of the lane's m16 tile (H fixed at
+            compile time, so every fragment index is a constant and stays in registers)."""
+
+            @device_function
+            def softmax_update(s, o, m, ell, lim, masked, n0, t, scale_log2):
+                """Mask, new maximum, P = 2^(S·c − m·c) in place, ℓ and O rescaled."""
+                if masked:
+                    for j in range(NS):
+                        for e in range(2):
+                            if n0 + 8 * j + 2 * t + e >= lim:
+                                s[j, 2 * H + e] = NEG_INF
+                mx = m[H]
+                for j in range(NS):
+                    mx = max(mx, max(s[j, 2 * H], s[j, 2 * H + 1]))
+                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))
+                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
+                # A row with no key so far subtracts 0: −inf − (−inf) would be NaN.
+                ms = float32(0.0) if mx == NEG_INF else mx * scale_log2
+                alpha = ex2_approx_f32(m[H] * scale_log2 - ms)
+                m[H] = mx
+                rs = float32(0.0)
+                for j in range(NS):
+                    for e in range(2):
+                        pe = ex2_approx_f32(s[j, 2 * H + e] * scale_log2 - ms)
+                        s[j, 2 * H + e] = pe
+                        rs += pe
+                ell[H] = ell[H] * alpha + rs
+                for j in range(ND):
+                    o[j, 2 * H] *= alpha
+                    o[j, 2 * H + 1] *= alpha
+
+            @device_function
+            def finish(o, m, ell, cs, r, t, scale_log2):
+                """O/ℓ of row r into the staged tile ``cs``; returns the row's lse."""
+                lsum = ell[H]
+                lsum += cuda.shfl_xor_sync(FULL_MASK, lsum, 1)
+                lsum += cuda.shfl_xor_sync(FULL_MASK, lsum, 2)
+                inv = float32(1.0) / lsum if lsum > float32(0.0) else float32(0.0)
+                for j in range(ND):
+                    cs[r * CS + 8 * j + 2 * t] = o[j, 2 * H] * inv
+                    cs[r * CS + 8 * j + 2 * t + 1] = o[j, 2 * H + 1] * inv
+                if lsum > float32(0.0):
+                    return (m[H] * scale_log2 + math.log2(lsum)) * float32(LN2)
+                return NEG_INF
+
+            return softmax_update, finish
+
+        softmax_lo, finish_lo = make_row_half(0)
+        softmax_hi, finish_hi = make_row_half(1)
+
+        @device_function
+        def store_rows(cs, out32, out16, lse_rows, lse, kind, zo, hg, P, Sq, m0, rows_total,
+                       D, tid):
+            """The staged O tile to the output, 8 columns (16 or 32 bytes) per store."""
+            for ch in range(tid, BM * CPR, THREADS):
+                r = ch // CPR
+                c = (ch - r * CPR) * 8
+                if m0 + r < rows_total and c < D:
+                    hq, qi = row_head(m0 + r, hg, P, Sq)
+                    ci = r * CS + c
+                    if kind == OUT_F32:
+                        st_global_v4_f32(global_addr(out32, (int64(zo), int64(hq), int64(qi), int64(c))),
+                                         (cs[ci], cs[ci + 1], cs[ci + 2], cs[ci + 3]))
+                        st_global_v4_f32(global_addr(out32, (int64(zo), int64(hq), int64(qi), int64(c + 4))),
+                                         (cs[ci + 4], cs[ci + 5], cs[ci + 6], cs[ci + 7]))
+                    else:
+                        st_global_v4_u32(global_addr(out16, (int64(zo), int64(hq), int64(qi), int64(c))),
+                                         (pack_pair(kind, cs[ci], cs[ci + 1]),
+                                          pack_pair(kind, cs[ci + 2], cs[ci + 3]),
+                                          pack_pair(kind, cs[ci + 4], cs[ci + 5]),
+                                          pack_pair(kind, cs[ci + 6], cs[ci + 7])))
+            for r in range(tid, BM, THREADS):
+                if m0 + r < rows_total:
+                    hq, qi = row_head(m0 + r, hg, P, Sq)
+                    lse[zo, hq, qi] = lse_rows[r]
+
+        @device_function
+        def block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal,
+                  scale_log2, b, zo, hg, m0, n_begin, n_hi):
+            tid = int32(cuda.threadIdx.x)
+            lane, warp = tid % 32, tid // 32
+            g, t = lane // 4, lane % 4
+            rows_total = P * Sq
+            hkv = (hg * P) // G
+            shift = Sk - Sq  # causal: query i sees keys ≤ i + shift
+
+            # The block's key range: causal stops at its last row's limit; a tile needs the
+            # mask once it reaches the first row's limit (or the range's end).
+            last = min(m0 + BM, rows_total) - 1
+            if m0 // Sq == last // Sq:
+                i_lo, i_hi = m0 % Sq, last % Sq
+            else:
+                i_lo, i_hi = int32(0), Sq - 1
+            n_stop = n_hi
+            mask_from = n_hi
+            if causal != 0:
+                n_stop = max(n_begin, min(n_hi, i_hi + 1 + shift))
+                mask_from = max(n_begin, min(n_hi, i_lo + 1 + shift))
+            n_tiles = (n_stop - n_begin + BN - 1) // BN
+            # This lane's two rows (g, g + 8 of the warp's m16 tile) and their key limits.
+            r_lo = warp * 16 + g
+            lim_lo, lim_hi = n_hi, n_hi
+            if causal != 0:
+                lim_lo = min(n_hi, (m0 + r_lo) % Sq + 1 + shift)
+                lim_hi = min(n_hi, (m0 + r_lo + 8) % Sq + 1 + shift)
+
+            # Prologue: Q and K_0 in one group, V_0 in the next.
+            load_q_tile(smem, q, b, hg, m0, rows_total, Sq, P, D, tid)
+            if n_tiles > 0:
+                load_kv_tile(smem, K_BASE, k, b, hkv, n_begin, n_stop, D, tid)
+            cp_async_commit_group()
+            if n_tiles > 0:
+                load_kv_tile(smem, V_BASE, v, b, hkv, n_begin, n_stop, D, tid)
+            cp_async_commit_group()
+
+            # Lane offsets at k-step 0 (module doc: panels of 128 bytes, XOR inside one).
+            qr, qc = ldmatrix_x4_row_col(lane)
+            q_off = int32(swizzle_128b((warp * 16 + qr) * LINE + qc * 2))
+            kn, kc = ldmatrix_x4_b_row_col(lane)
+            k_off = int32(swizzle_128b(kn * LINE + kc * 2))
+            v_off = int32(swizzle_128b(qr * LINE + qc * 2))  # same lane pattern as Q's
+
+            o = cuda.local.array((ND, 4), float32)
+            s = cuda.local.array((NS, 4), float32)
+            qf = cuda.local.array((QF_SIZE, 4), uint32)
+            m = cuda.local.array(2, float32)
+            ell = cuda.local.array(2, float32)
+            for h in range(2):
+                m[h] = NEG_INF
+                ell[h] = float32(0.0)
+            for j in range(ND):
+                for e in range(4):
+                    o[j, e] = float32(0.0)
+
+            cp_async_wait_group(1)
+            cuda.syncthreads()
+            if Q_IN_REGS:
+                for ks in range(KS):
+                    fa = ldmatrix_x4(shared_addr(
+                        smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
+                    for e in range(4):
+                        qf[ks, e] = fa[e]
+
+            for jt in range(n_tiles):
+                n0 = n_begin + jt * BN
+                stage = int32(jt % 2)
+                if jt > 0:
+                    cp_async_wait_group(1)  # K_j has landed
+                    cuda.syncthreads()
+                # S = Q·K_jᵀ
+                for j in range(NS):
+                    for e in range(4):
+                        s[j, e] = float32(0.0)
+                k_stage = K_BASE + stage * KV_BYTES
+                for ks in range(KS):
+                    if Q_IN_REGS:
+                        a = (qf[ks, 0], qf[ks, 1], qf[ks, 2], qf[ks, 3])
+                    else:
+                        a = ldmatrix_x4(shared_addr(
+                            smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
+                    for p in range(NS // 2):
+                        fb = ldmatrix_x4(shared_addr(
+                            smem, k_stage + (ks // 4) * (BN * LINE)
+                            + ((k_off + p * PANEL_ROW_STEP) ^ ((ks % 4) * 32))))
+                        c0 = mma(a, (fb[0], fb[1]),
+                                 (s[2 * p, 0], s[2 * p, 1], s[2 * p, 2], s[2 * p, 3]))
+                        c1 = mma(a, (fb[2], fb[3]), (s[2 * p + 1, 0], s[2 * p + 1, 1],
+                                                     s[2 * p + 1, 2], s[2 * p + 1, 3]))
+                        for e in range(4):
+                            s[2 * p, e] = c0[e]
+                            s[2 * p + 1, e] = c1[e]
+                # K_j+1 streams in while this tile's softmax and P·V run.
+                if jt + 1 < n_tiles:
+                    load_kv_tile(smem, K_BASE + (1 - stage) * KV_BYTES, k, b, hkv, n0 + BN,
+                                 n_stop, D, tid)
+                cp_async_commit_group()
+
+                masked = n0 + BN > mask_from
+                softmax_lo(s, o, m, ell, lim_lo, masked, n0, t, scale_log2)
+                softmax_hi(s, o, m, ell, lim_hi, masked, n0, t, scale_log2)
+
+                cp_async_wait_group(1)  # V_j has landed
+                cuda.syncthreads()
+                if jt + 1 < n_tiles:
+                    load_kv_tile(smem, V_BASE + (1 - stage) * KV_BYTES, v, b, hkv, n0 + BN,
+                                 n_stop, D, tid)
+                cp_async_commit_group()
+                # O += P·V_j: S's n8 tiles 2kk, 2kk+1 are the A fragment of k-step kk.
+                v_stage = V_BASE + stage * KV_BYTES
+                for kk in range(KK):
+                    a = (pack_pair(KIND, s[2 * kk, 0], s[2 * kk, 1]),
+                         pack_pair(KIND, s[2 * kk, 2], s[2 * kk, 3]),
+                         pack_pair(KIND, s[2 * kk + 1, 0], s[2 * kk + 1, 1]),
+                         pack_pair(KIND, s[2 * kk + 1, 2], s[2 * kk + 1, 3]))
+                    for dp in range(KS):
+                        fb = ldmatrix_x4_trans(shared_addr(
+                            smem, v_stage + (dp // 4) * (BN * LINE)
+                            + ((v_off + kk * PANEL_ROW_STEP) ^ ((dp % 4) * 32))))
+                        c0 = mma(a, (fb[0], fb[1]),
+                                 (o[2 * dp, 0], o[2 * dp, 1], o[2 * dp, 2], o[2 * dp, 3]))
+                        c1 = mma(a, (fb[2], fb[3]), (o[2 * dp + 1, 0], o[2 * dp + 1, 1],
+                                                     o[2 * dp + 1, 2], o[2 * dp + 1, 3]))
+                        for e in range(4):
+                            o[2 * dp, e] = c0[e]
+                            o[2 * dp + 1, e] = c1[e]
+            cp_async_wait_group(0)
+            cuda.syncthreads()  # every warp is done with the tiles: stage O over them
+
+            cs = cuda.shared.array(0, float32)
+            lse_rows = cuda.shared.array(0, float32)[BM * CS:]
+            lse_lo = finish_lo(o, m, ell, cs, r_lo, t, scale_log2)
+            lse_hi = finish_hi(o, m, ell, cs, r_lo + 8, t, scale_log2)
+            if t == 0:
+                lse_rows[r_lo] = lse_lo
+                lse_rows[r_lo + 8] = lse_hi
+            cuda.syncthreads()
+            store_rows(cs, out32, out16, lse_rows, lse, kind, zo, hg, P, Sq, m0, rows_total,
+                       D, tid)
+
+        self.operand = operand
+        self.DP, self.BN, self.WARPS = DP, BN, WARPS
+        self.BM, self.THREADS = BM, THREADS
+        self.SHARED_BYTES = SHARED_BYTES
+        self.block = block
+
+
+def attention_block(operand: str, DP: int, BN: int, WARPS: int) -> AttentionBlock:
+    """The FlashAttention forward block for one variant (see :class:`AttentionBlock`)."""
+    return AttentionBlock(operand, DP, BN, WARPS)
+
+
+__all__ = ["LN2", "LOG2E", "AttentionBlock", "attention_block"]
