@@ -45,8 +45,8 @@ from .op import ANY_LAYOUT, Plan, fast_path, output, run
 # Head dimensions compiled (D is rounded up to one of these).
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 MAX_HEAD_DIM = HEAD_DIMS[-1]
-# Tiles: warps of 16 query rows per block.
-TILES = {"prefill": 4, "decode": 1}
+# Tiles: (warps, m16 tiles per warp) per block.
+TILES = {"prefill": (4, 1), "decode": (1, 1)}
 
 
 def keys_per_tile(DP: int) -> int:
@@ -69,20 +69,20 @@ _KIND = {_F32: OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
 
 # -- kernels ---------------------------------------------------------------------------------
 
-def _make_attention_kernel(operand: str, DP: int, tile: str):
-    """One variant (operand × head dimension × tile). Arguments: q, k, v (uint16 bits,
+def make_attention_kernel(operand: str, DP: int, BN: int, WARPS: int, MT: int, name: str):
+    """One variant (operand × head dimension × geometry). Arguments: q, k, v (uint16 bits,
     4-D, any strides); out32 / out16 (the output [Z, Hq, Sq, D] for kind OUT_F32, or the
     f16/bf16 bits) and lse [Z, Hq, Sq] — Z = B, or splits·B partials; then kind, Sq, Sk,
     D, G (= Hq/Hkv), P (heads packed per block: 1 or G), causal, scale·log2(e), keys per
     split, B. Grid: (row tiles, Hq / P, splits · B)."""
-    blk = attention_block(operand, DP, keys_per_tile(DP), TILES[tile])
+    blk = attention_block(operand, DP, BN, WARPS, MT)
     block = blk.block
     BM = blk.BM
     signature = ("void(uint16[:, :, :, :], uint16[:, :, :, :], uint16[:, :, :, :], "
                  "float32[:, :, :, :], uint16[:, :, :, :], float32[:, :, ::1], int32, int32, "
                  "int32, int32, int32, int32, int32, float32, int32, int32)")
 
-    @kernel([signature], name=f"_attention_fwd_kernel_{operand}_d{DP}_{tile}",
+    @kernel([signature], name=name,
             max_dynamic_shared_bytes=blk.SHARED_BYTES, launch_bounds=blk.THREADS)
     def _attention_fwd_kernel(q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal,
                               scale_log2, keys_per_split, B):
@@ -98,7 +98,8 @@ def _make_attention_kernel(operand: str, DP: int, tile: str):
     return _attention_fwd_kernel
 
 
-_KERNELS = {(operand, DP, tile): _make_attention_kernel(operand, DP, tile)
+_KERNELS = {(operand, DP, tile): make_attention_kernel(
+    operand, DP, keys_per_tile(DP), *TILES[tile], f"_attention_fwd_kernel_{operand}_d{DP}_{tile}")
             for operand in ("f16", "bf16") for DP in HEAD_DIMS for tile in TILES}
 
 
@@ -200,10 +201,10 @@ def _check_inputs(op, q, k, v):
             fail(ValueError, op, "k", f"a number of heads that divides q's {hq} (GQA)", hkv)
 
 
-def _splits(blocks: int, key_tiles: int, tile: str) -> int:
-    """Key splits: enough blocks for TARGET_BLOCKS_PER_SM, each split ≥ MIN_TILES_PER_SPLIT
+def _splits(blocks: int, key_tiles: int, blocks_per_sm: int) -> int:
+    """Key splits: enough blocks for ``blocks_per_sm``, each split ≥ MIN_TILES_PER_SPLIT
     tiles of keys."""
-    target = TARGET_BLOCKS_PER_SM[tile] * multiprocessor_count()
+    target = blocks_per_sm * multiprocessor_count()
     if blocks >= target:
         return 1
     return max(1, min(-(-target // blocks), key_tiles // MIN_TILES_PER_SPLIT))
@@ -237,7 +238,19 @@ def attention_fwd(q, k, v, causal=False, scale=None, return_lse=False, *, out=No
 
 
 def _attention_launch(q, k, v, causal, scale, out, lse=None):
-    """Pick the tile and the key splits, launch the attention kernel (and the combine)."""
+    """Pick the kernel: the decode tile when a GQA group's queries fit it."""
+    D = q.shape[-1]
+    G = q.shape[-3] // k.shape[-3] if q.ndim >= 3 else 1
+    tile = "decode" if G * q.shape[-2] <= DECODE_MAX_ROWS else "prefill"
+    operand = _OPERAND.get(q.dtype, "bf16")
+    launch_attention(_KERNELS[(operand, _head_dim_class(D), tile)], TARGET_BLOCKS_PER_SM[tile],
+                     q, k, v, causal, scale, out, lse)
+
+
+def launch_attention(kdef, blocks_per_sm, q, k, v, causal, scale, out, lse=None):
+    """Launch ``kdef`` (a :func:`make_attention_kernel` variant for q's operand type and
+    head dimension) on validated inputs, splitting the keys until the grid has
+    ``blocks_per_sm`` blocks per SM, and the combine kernel after a split."""
     q4, k4, v4, o4 = _as_4d(q), _as_4d(k), _as_4d(v), _as_4d(out)
     B, Hq, Sq, D = q4.shape
     Hkv, Sk = k4.shape[1], k4.shape[2]
@@ -245,12 +258,7 @@ def _attention_launch(q, k, v, causal, scale, out, lse=None):
     if lse is None:
         lse = empty((B, Hq, Sq), _F32)
     lse3 = lse._view((B, Hq, Sq), _contiguous_strides((B, Hq, Sq), 4))
-    in_dtype = q.dtype
-    operand = _OPERAND.get(in_dtype, "bf16")
-    q4, k4, v4 = _operand(q4, in_dtype), _operand(k4, in_dtype), _operand(v4, in_dtype)
-    DP = _head_dim_class(D)
-    tile = "decode" if G * Sq <= DECODE_MAX_ROWS else "prefill"
-    kdef = _KERNELS[(operand, DP, tile)]
+    q4, k4, v4 = (_operand(x, q.dtype) for x in (q4, k4, v4))
     BM, BN = kdef.block.BM, kdef.block.BN
     # Pack the GQA group's queries into one block's rows when a head's queries alone
     # would leave most of the tile empty.
@@ -258,7 +266,7 @@ def _attention_launch(q, k, v, causal, scale, out, lse=None):
     rows = P * Sq
     grid_xy = (-(-rows // BM), Hq // P)
     key_tiles = -(-Sk // BN)
-    splits = _splits(grid_xy[0] * grid_xy[1] * B, key_tiles, tile) if Sk else 1
+    splits = _splits(grid_xy[0] * grid_xy[1] * B, key_tiles, blocks_per_sm) if Sk else 1
     keys_per_split = -(-key_tiles // splits) * BN if Sk else BN
     splits = max(1, -(-Sk // keys_per_split))
     scale_log2 = scale * LOG2E

@@ -2,7 +2,7 @@
 query rows against a range of keys, with the online softmax (FlashAttention-2, Dao 2023,
 https://arxiv.org/abs/2307.08691).
 
-For each key tile K_j, V_j (BN keys) a warp holding 16·MT query rows computes
+For each key tile K_j, V_j (BN keys) a warp holding 16·MT query rows (MT m16 tiles) computes
 
     S   = Q·K_jᵀ                              mma m16n8k16, Q from registers or shared
     m'  = max(m, rowmax S)                     quad shuffles (a row lives in 4 lanes)
@@ -68,7 +68,9 @@ class AttentionBlock:
     """Compile-time geometry and the device function of one variant.
 
     ``operand``: "f16" or "bf16"; ``DP``: head dimension the tiles compute (a multiple of
-    16; D ≤ DP, the rest zero); ``BN``: keys per tile; ``WARPS`` warps of 16 rows each.
+    16; D ≤ DP, the rest zero); ``BN``: keys per tile; ``WARPS`` warps of 16·MT rows
+    (MT = 1 or 2: two m16 tiles per warp share every K and V fragment, halving the
+    shared-memory reads per mma).
 
     ``block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal, scale_log2,
     b, zo, hg, m0, n_begin, n_hi)``: rows m0… of head group ``hg`` (heads hg·P …, packed
@@ -78,14 +80,17 @@ class AttentionBlock:
     arrays with any strides (16-byte aligned rows), outputs too; G = Hq / Hkv.
     """
 
-    def __init__(self, operand: str, DP: int, BN: int, WARPS: int):
+    def __init__(self, operand: str, DP: int, BN: int, WARPS: int, MT: int = 1):
         if operand not in ("f16", "bf16"):
             raise ValueError(f"attention block: operand must be f16 or bf16, got {operand!r}")
-        if DP % 16 or not 16 <= DP <= 256 or BN % 16:
-            raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16")
+        if DP % 16 or not 16 <= DP <= 256 or BN % 16 or MT not in (1, 2):
+            raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16, "
+                             f"MT 1 or 2 (got {MT})")
         mma = OPERANDS[operand].mma
         KIND = 1 if operand == "f16" else 2  # helpers.epilogue's OUT_F16 / OUT_BF16
-        BM = 16 * WARPS
+        WROWS = 16 * MT  # rows per warp
+        LANE_ROWS = 2 * MT  # rows per lane: g and g + 8 of each m16 tile
+        BM = WROWS * WARPS
         THREADS = 32 * WARPS
         DT = -(-DP // 64) * 64  # stored row: whole 128-byte panels
         Q_BYTES, KV_BYTES = BM * DT * 2, BN * DT * 2
@@ -98,9 +103,15 @@ class AttentionBlock:
         KK = BN // 16  # k16 steps of P·V
         ND = DP // 8  # n8 tiles of O
         CPR = DP // 8  # 16-byte chunks of a row that hold data
-        # Q's fragments stay in registers (4·KS) up to DP = 128; wider heads read them from
-        # shared memory at every k-step (the register file holds O).
-        Q_IN_REGS = DP <= 128
+        # K/V loads: where the stored row's chunks divide the block, each thread keeps one
+        # chunk column and steps RSTEP rows; else each chunk's row and column are divided
+        # out of its index.
+        LCPR = DT // 8
+        FIXED_COLUMN = THREADS % LCPR == 0
+        RSTEP = THREADS // LCPR if FIXED_COLUMN else 0
+        # Q's fragments stay in registers (4·KS per m16 tile) up to DP = 128 with one m16
+        # tile per warp; otherwise they are read from shared memory at every k-step.
+        Q_IN_REGS = DP <= 128 and MT == 1
         QF_SIZE = KS if Q_IN_REGS else 1
 
         @device_function
@@ -114,6 +125,18 @@ class AttentionBlock:
             rows = n_hi - n0
             base = global_addr(src, (int64(b), int64(hkv), int64(n0), int64(0)))
             row_bytes = int64(src.strides[2])
+            if FIXED_COLUMN:
+                # A loop from the thread's first row: its trip count is not a constant, so
+                # it stays rolled (unrolled, the chunks' addresses cost the prefill tile 24
+                # bytes of spills and the decode tile 164, ptxas -v on sm_90a).
+                c = tid % LCPR
+                col_ok = c * 8 < D
+                for r in range(tid // LCPR, BN, RSTEP):
+                    ok = col_ok and r < rows
+                    addr = base + uint64(int64(r) * row_bytes + c * 16) if ok else base
+                    cp_async_cg_16(shared_addr(smem, stage + chunk_offset(r, c, BN)), addr,
+                                   16 if ok else 0)
+                return
             for ch in range(tid, BN * CPR, THREADS):
                 r = ch // CPR
                 c = ch - r * CPR
@@ -143,9 +166,10 @@ class AttentionBlock:
                 cp_async_cg_16(shared_addr(smem, chunk_offset(r, c, BM)), addr,
                                16 if ok else 0)
 
-        def make_row_half(H):
-            """The per-row steps for row g + 8·H of the lane's m16 tile (H fixed at
-            compile time, so every fragment index is a constant and stays in registers)."""
+        def make_row(I, H):
+            """The per-row steps for row g + 8·H of the lane's m16 tile I (fixed at compile
+            time, so every fragment index is a constant and stays in registers)."""
+            R = 2 * I + H  # the row's slot in m and ℓ
 
             @device_function
             def softmax_update(s, o, m, ell, lim, masked, n0, t, scale_log2):
@@ -154,45 +178,57 @@ class AttentionBlock:
                     for j in range(NS):
                         for e in range(2):
                             if n0 + 8 * j + 2 * t + e >= lim:
-                                s[j, 2 * H + e] = NEG_INF
-                mx = m[H]
+                                s[I, j, 2 * H + e] = NEG_INF
+                mx = m[R]
                 for j in range(NS):
-                    mx = max(mx, max(s[j, 2 * H], s[j, 2 * H + 1]))
+                    mx = max(mx, max(s[I, j, 2 * H], s[I, j, 2 * H + 1]))
                 mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))
                 mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
                 # A row with no key so far subtracts 0: −inf − (−inf) would be NaN.
                 ms = float32(0.0) if mx == NEG_INF else mx * scale_log2
-                alpha = ex2_approx_f32(m[H] * scale_log2 - ms)
-                m[H] = mx
+                alpha = ex2_approx_f32(m[R] * scale_log2 - ms)
+                m[R] = mx
                 rs = float32(0.0)
                 for j in range(NS):
                     for e in range(2):
-                        pe = ex2_approx_f32(s[j, 2 * H + e] * scale_log2 - ms)
-                        s[j, 2 * H + e] = pe
+                        pe = ex2_approx_f32(s[I, j, 2 * H + e] * scale_log2 - ms)
+                        s[I, j, 2 * H + e] = pe
                         rs += pe
-                ell[H] = ell[H] * alpha + rs
+                ell[R] = ell[R] * alpha + rs
                 for j in range(ND):
-                    o[j, 2 * H] *= alpha
-                    o[j, 2 * H + 1] *= alpha
+                    o[I, j, 2 * H] *= alpha
+                    o[I, j, 2 * H + 1] *= alpha
 
             @device_function
-            def finish(o, m, ell, cs, r, t, scale_log2):
-                """O/ℓ of row r into the staged tile ``cs``; returns the row's lse."""
-                lsum = ell[H]
+            def finish(o, m, ell, cs, lse_rows, r, t, scale_log2):
+                """O/ℓ of block row r into the staged tile ``cs``, its lse into
+                ``lse_rows[r]``."""
+                lsum = ell[R]
                 lsum += cuda.shfl_xor_sync(FULL_MASK, lsum, 1)
                 lsum += cuda.shfl_xor_sync(FULL_MASK, lsum, 2)
                 inv = float32(1.0) / lsum if lsum > float32(0.0) else float32(0.0)
                 for j in range(ND):
-                    cs[r * CS + 8 * j + 2 * t] = o[j, 2 * H] * inv
-                    cs[r * CS + 8 * j + 2 * t + 1] = o[j, 2 * H + 1] * inv
-                if lsum > float32(0.0):
-                    return (m[H] * scale_log2 + math.log2(lsum)) * float32(LN2)
-                return NEG_INF
+                    cs[r * CS + 8 * j + 2 * t] = o[I, j, 2 * H] * inv
+                    cs[r * CS + 8 * j + 2 * t + 1] = o[I, j, 2 * H + 1] * inv
+                if t == 0:
+                    lse_rows[r] = NEG_INF
+                    if lsum > float32(0.0):
+                        lse_rows[r] = (m[R] * scale_log2 + math.log2(lsum)) * float32(LN2)
 
             return softmax_update, finish
 
-        softmax_lo, finish_lo = make_row_half(0)
-        softmax_hi, finish_hi = make_row_half(1)
+        softmax_0, finish_0 = make_row(0, 0)
+        softmax_1, finish_1 = make_row(0, 1)
+        # The second m16 tile's rows (MT = 2); with MT = 1 never called.
+        softmax_2, finish_2 = make_row(1, 0) if MT == 2 else (softmax_0, finish_0)
+        softmax_3, finish_3 = make_row(1, 1) if MT == 2 else (softmax_1, finish_1)
+
+        @device_function
+        def row_limit(row, n_hi, causal, shift, Sq):
+            """Keys of packed row ``row`` end here (causal: i + 1 + Sk − Sq)."""
+            if causal != 0:
+                return min(n_hi, row % Sq + 1 + shift)
+            return n_hi
 
         @device_function
         def store_rows(cs, out32, out16, lse_rows, lse, kind, zo, hg, P, Sq, m0, rows_total,
@@ -204,13 +240,14 @@ class AttentionBlock:
                 if m0 + r < rows_total and c < D:
                     hq, qi = row_head(m0 + r, hg, P, Sq)
                     ci = r * CS + c
+                    at = (int64(zo), int64(hq), int64(qi), int64(c))
                     if kind == OUT_F32:
-                        st_global_v4_f32(global_addr(out32, (int64(zo), int64(hq), int64(qi), int64(c))),
+                        st_global_v4_f32(global_addr(out32, at),
                                          (cs[ci], cs[ci + 1], cs[ci + 2], cs[ci + 3]))
-                        st_global_v4_f32(global_addr(out32, (int64(zo), int64(hq), int64(qi), int64(c + 4))),
+                        st_global_v4_f32(global_addr(out32, at) + uint64(16),
                                          (cs[ci + 4], cs[ci + 5], cs[ci + 6], cs[ci + 7]))
                     else:
-                        st_global_v4_u32(global_addr(out16, (int64(zo), int64(hq), int64(qi), int64(c))),
+                        st_global_v4_u32(global_addr(out16, at),
                                          (pack_pair(kind, cs[ci], cs[ci + 1]),
                                           pack_pair(kind, cs[ci + 2], cs[ci + 3]),
                                           pack_pair(kind, cs[ci + 4], cs[ci + 5]),
@@ -243,12 +280,12 @@ class AttentionBlock:
                 n_stop = max(n_begin, min(n_hi, i_hi + 1 + shift))
                 mask_from = max(n_begin, min(n_hi, i_lo + 1 + shift))
             n_tiles = (n_stop - n_begin + BN - 1) // BN
-            # This lane's two rows (g, g + 8 of the warp's m16 tile) and their key limits.
-            r_lo = warp * 16 + g
-            lim_lo, lim_hi = n_hi, n_hi
-            if causal != 0:
-                lim_lo = min(n_hi, (m0 + r_lo) % Sq + 1 + shift)
-                lim_hi = min(n_hi, (m0 + r_lo + 8) % Sq + 1 + shift)
+            # This lane's rows: g and g + 8 of each of the warp's m16 tiles.
+            r0 = warp * WROWS + g
+            lim0 = row_limit(m0 + r0, n_hi, causal, shift, Sq)
+            lim1 = row_limit(m0 + r0 + 8, n_hi, causal, shift, Sq)
+            lim2 = row_limit(m0 + r0 + 16, n_hi, causal, shift, Sq)
+            lim3 = row_limit(m0 + r0 + 24, n_hi, causal, shift, Sq)
 
             # Prologue: Q and K_0 in one group, V_0 in the next.
             load_q_tile(smem, q, b, hg, m0, rows_total, Sq, P, D, tid)
@@ -261,29 +298,33 @@ class AttentionBlock:
 
             # Lane offsets at k-step 0 (module doc: panels of 128 bytes, XOR inside one).
             qr, qc = ldmatrix_x4_row_col(lane)
-            q_off = int32(swizzle_128b((warp * 16 + qr) * LINE + qc * 2))
+            q_off = cuda.local.array(MT, int32)
+            for i in range(MT):
+                q_off[i] = swizzle_128b((warp * WROWS + 16 * i + qr) * LINE + qc * 2)
             kn, kc = ldmatrix_x4_b_row_col(lane)
             k_off = int32(swizzle_128b(kn * LINE + kc * 2))
-            v_off = int32(swizzle_128b(qr * LINE + qc * 2))  # same lane pattern as Q's
+            v_off = int32(swizzle_128b(qr * LINE + qc * 2))  # the same lane pattern as Q's
 
-            o = cuda.local.array((ND, 4), float32)
-            s = cuda.local.array((NS, 4), float32)
+            o = cuda.local.array((MT, ND, 4), float32)
+            s = cuda.local.array((MT, NS, 4), float32)
             qf = cuda.local.array((QF_SIZE, 4), uint32)
-            m = cuda.local.array(2, float32)
-            ell = cuda.local.array(2, float32)
-            for h in range(2):
-                m[h] = NEG_INF
-                ell[h] = float32(0.0)
-            for j in range(ND):
-                for e in range(4):
-                    o[j, e] = float32(0.0)
+            af = cuda.local.array((MT, 4), uint32)
+            m = cuda.local.array(LANE_ROWS, float32)
+            ell = cuda.local.array(LANE_ROWS, float32)
+            for r in range(LANE_ROWS):
+                m[r] = NEG_INF
+                ell[r] = float32(0.0)
+            for i in range(MT):
+                for j in range(ND):
+                    for e in range(4):
+                        o[i, j, e] = float32(0.0)
 
             cp_async_wait_group(1)
             cuda.syncthreads()
             if Q_IN_REGS:
                 for ks in range(KS):
                     fa = ldmatrix_x4(shared_addr(
-                        smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
+                        smem, (ks // 4) * (BM * LINE) + (q_off[0] ^ ((ks % 4) * 32))))
                     for e in range(4):
                         qf[ks, e] = fa[e]
 
@@ -294,27 +335,34 @@ class AttentionBlock:
                     cp_async_wait_group(1)  # K_j has landed
                     cuda.syncthreads()
                 # S = Q·K_jᵀ
-                for j in range(NS):
-                    for e in range(4):
-                        s[j, e] = float32(0.0)
+                for i in range(MT):
+                    for j in range(NS):
+                        for e in range(4):
+                            s[i, j, e] = float32(0.0)
                 k_stage = K_BASE + stage * KV_BYTES
                 for ks in range(KS):
-                    if Q_IN_REGS:
-                        a = (qf[ks, 0], qf[ks, 1], qf[ks, 2], qf[ks, 3])
-                    else:
-                        a = ldmatrix_x4(shared_addr(
-                            smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
+                    for i in range(MT):
+                        if Q_IN_REGS:
+                            for e in range(4):
+                                af[i, e] = qf[ks, e]
+                        else:
+                            fa = ldmatrix_x4(shared_addr(
+                                smem, (ks // 4) * (BM * LINE) + (q_off[i] ^ ((ks % 4) * 32))))
+                            for e in range(4):
+                                af[i, e] = fa[e]
                     for p in range(NS // 2):
                         fb = ldmatrix_x4(shared_addr(
                             smem, k_stage + (ks // 4) * (BN * LINE)
                             + ((k_off + p * PANEL_ROW_STEP) ^ ((ks % 4) * 32))))
-                        c0 = mma(a, (fb[0], fb[1]),
-                                 (s[2 * p, 0], s[2 * p, 1], s[2 * p, 2], s[2 * p, 3]))
-                        c1 = mma(a, (fb[2], fb[3]), (s[2 * p + 1, 0], s[2 * p + 1, 1],
-                                                     s[2 * p + 1, 2], s[2 * p + 1, 3]))
-                        for e in range(4):
-                            s[2 * p, e] = c0[e]
-                            s[2 * p + 1, e] = c1[e]
+                        for i in range(MT):
+                            a = (af[i, 0], af[i, 1], af[i, 2], af[i, 3])
+                            c0 = mma(a, (fb[0], fb[1]), (s[i, 2 * p, 0], s[i, 2 * p, 1],
+                                                         s[i, 2 * p, 2], s[i, 2 * p, 3]))
+                            c1 = mma(a, (fb[2], fb[3]), (s[i, 2 * p + 1, 0], s[i, 2 * p + 1, 1],
+                                                         s[i, 2 * p + 1, 2], s[i, 2 * p + 1, 3]))
+                            for e in range(4):
+                                s[i, 2 * p, e] = c0[e]
+                                s[i, 2 * p + 1, e] = c1[e]
                 # K_j+1 streams in while this tile's softmax and P·V run.
                 if jt + 1 < n_tiles:
                     load_kv_tile(smem, K_BASE + (1 - stage) * KV_BYTES, k, b, hkv, n0 + BN,
@@ -322,8 +370,11 @@ class AttentionBlock:
                 cp_async_commit_group()
 
                 masked = n0 + BN > mask_from
-                softmax_lo(s, o, m, ell, lim_lo, masked, n0, t, scale_log2)
-                softmax_hi(s, o, m, ell, lim_hi, masked, n0, t, scale_log2)
+                softmax_0(s, o, m, ell, lim0, masked, n0, t, scale_log2)
+                softmax_1(s, o, m, ell, lim1, masked, n0, t, scale_log2)
+                if MT == 2:
+                    softmax_2(s, o, m, ell, lim2, masked, n0, t, scale_log2)
+                    softmax_3(s, o, m, ell, lim3, masked, n0, t, scale_log2)
 
                 cp_async_wait_group(1)  # V_j has landed
                 cuda.syncthreads()
@@ -334,45 +385,47 @@ class AttentionBlock:
                 # O += P·V_j: S's n8 tiles 2kk, 2kk+1 are the A fragment of k-step kk.
                 v_stage = V_BASE + stage * KV_BYTES
                 for kk in range(KK):
-                    a = (pack_pair(KIND, s[2 * kk, 0], s[2 * kk, 1]),
-                         pack_pair(KIND, s[2 * kk, 2], s[2 * kk, 3]),
-                         pack_pair(KIND, s[2 * kk + 1, 0], s[2 * kk + 1, 1]),
-                         pack_pair(KIND, s[2 * kk + 1, 2], s[2 * kk + 1, 3]))
+                    for i in range(MT):
+                        af[i, 0] = pack_pair(KIND, s[i, 2 * kk, 0], s[i, 2 * kk, 1])
+                        af[i, 1] = pack_pair(KIND, s[i, 2 * kk, 2], s[i, 2 * kk, 3])
+                        af[i, 2] = pack_pair(KIND, s[i, 2 * kk + 1, 0], s[i, 2 * kk + 1, 1])
+                        af[i, 3] = pack_pair(KIND, s[i, 2 * kk + 1, 2], s[i, 2 * kk + 1, 3])
                     for dp in range(KS):
                         fb = ldmatrix_x4_trans(shared_addr(
                             smem, v_stage + (dp // 4) * (BN * LINE)
                             + ((v_off + kk * PANEL_ROW_STEP) ^ ((dp % 4) * 32))))
-                        c0 = mma(a, (fb[0], fb[1]),
-                                 (o[2 * dp, 0], o[2 * dp, 1], o[2 * dp, 2], o[2 * dp, 3]))
-                        c1 = mma(a, (fb[2], fb[3]), (o[2 * dp + 1, 0], o[2 * dp + 1, 1],
-                                                     o[2 * dp + 1, 2], o[2 * dp + 1, 3]))
-                        for e in range(4):
-                            o[2 * dp, e] = c0[e]
-                            o[2 * dp + 1, e] = c1[e]
+                        for i in range(MT):
+                            a = (af[i, 0], af[i, 1], af[i, 2], af[i, 3])
+                            c0 = mma(a, (fb[0], fb[1]), (o[i, 2 * dp, 0], o[i, 2 * dp, 1],
+                                                         o[i, 2 * dp, 2], o[i, 2 * dp, 3]))
+                            c1 = mma(a, (fb[2], fb[3]), (o[i, 2 * dp + 1, 0], o[i, 2 * dp + 1, 1],
+                                                         o[i, 2 * dp + 1, 2], o[i, 2 * dp + 1, 3]))
+                            for e in range(4):
+                                o[i, 2 * dp, e] = c0[e]
+                                o[i, 2 * dp + 1, e] = c1[e]
             cp_async_wait_group(0)
             cuda.syncthreads()  # every warp is done with the tiles: stage O over them
 
             cs = cuda.shared.array(0, float32)
             lse_rows = cuda.shared.array(0, float32)[BM * CS:]
-            lse_lo = finish_lo(o, m, ell, cs, r_lo, t, scale_log2)
-            lse_hi = finish_hi(o, m, ell, cs, r_lo + 8, t, scale_log2)
-            if t == 0:
-                lse_rows[r_lo] = lse_lo
-                lse_rows[r_lo + 8] = lse_hi
+            finish_0(o, m, ell, cs, lse_rows, r0, t, scale_log2)
+            finish_1(o, m, ell, cs, lse_rows, r0 + 8, t, scale_log2)
+            if MT == 2:
+                finish_2(o, m, ell, cs, lse_rows, r0 + 16, t, scale_log2)
+                finish_3(o, m, ell, cs, lse_rows, r0 + 24, t, scale_log2)
             cuda.syncthreads()
             store_rows(cs, out32, out16, lse_rows, lse, kind, zo, hg, P, Sq, m0, rows_total,
                        D, tid)
 
         self.operand = operand
-        self.DP, self.BN, self.WARPS = DP, BN, WARPS
-        self.BM, self.THREADS = BM, THREADS
-        self.SHARED_BYTES = SHARED_BYTES
+        self.DP, self.BN, self.WARPS, self.MT = DP, BN, WARPS, MT
+        self.BM, self.THREADS, self.SHARED_BYTES = BM, THREADS, SHARED_BYTES
         self.block = block
 
 
-def attention_block(operand: str, DP: int, BN: int, WARPS: int) -> AttentionBlock:
+def attention_block(operand: str, DP: int, BN: int, WARPS: int, MT: int = 1) -> AttentionBlock:
     """The FlashAttention forward block for one variant (see :class:`AttentionBlock`)."""
-    return AttentionBlock(operand, DP, BN, WARPS)
+    return AttentionBlock(operand, DP, BN, WARPS, MT)
 
 
 __all__ = ["LN2", "LOG2E", "AttentionBlock", "attention_block"]
