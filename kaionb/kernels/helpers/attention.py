@@ -122,20 +122,29 @@ class AttentionBlock:
         @device_function
         def load_kv_tile(smem, stage, src, b, hkv, n0, n_hi, D, tid):
             """cp.async keys n0 … n0+BN−1 of ``src[b, hkv]`` into the tile at ``stage``."""
-            rows = n_hi - n0
+            rows = int32(n_hi - n0)
             base = global_addr(src, (int64(b), int64(hkv), int64(n0), int64(0)))
             row_bytes = int64(src.strides[2])
             if FIXED_COLUMN:
-                # A loop from the thread's first row: its trip count is not a constant, so
-                # it stays rolled (unrolled, the chunks' addresses cost the prefill tile 24
+                # 32-bit indices (numba widens ints to 64 bits: the loader was ~25 SASS
+                # instructions a chunk) and a loop whose trip count is not a constant, so it
+                # stays rolled (unrolled, the chunks' addresses cost the prefill tile 24
                 # bytes of spills and the decode tile 164, ptxas -v on sm_90a).
-                c = tid % LCPR
-                col_ok = c * 8 < D
-                for r in range(tid // LCPR, BN, RSTEP):
-                    ok = col_ok and r < rows
-                    addr = base + uint64(int64(r) * row_bytes + c * 16) if ok else base
-                    cp_async_cg_16(shared_addr(smem, stage + chunk_offset(r, c, BN)), addr,
-                                   16 if ok else 0)
+                c = int32(tid % LCPR)
+                col_bytes = int32(16) if c * 8 < D else int32(0)
+                panel = int32((c // 8) * (BN * LINE))
+                cc = int32((c % 8) * 16)
+                s_stage = shared_addr(smem, stage) + uint32(panel)
+                r = int32(tid // LCPR)
+                addr = base + uint64(int64(r) * row_bytes + c * 16)
+                step = uint64(int64(RSTEP) * row_bytes)
+                while r < BN:
+                    nbytes = col_bytes if r < rows else int32(0)
+                    x = int32(r * LINE + cc)
+                    cp_async_cg_16(s_stage + uint32(x ^ ((x >> 3) & 0x70)),
+                                   addr if nbytes != 0 else base, nbytes)
+                    addr += step
+                    r = int32(r + RSTEP)
                 return
             for ch in range(tid, BN * CPR, THREADS):
                 r = ch // CPR
@@ -175,9 +184,10 @@ class AttentionBlock:
             def softmax_update(s, o, m, ell, lim, masked, n0, t, scale_log2):
                 """Mask, new maximum, P = 2^(S·c − m·c) in place, ℓ and O rescaled."""
                 if masked:
+                    keys = int32(lim - n0 - 2 * t)  # this lane's columns 8j + e below it
                     for j in range(NS):
                         for e in range(2):
-                            if n0 + 8 * j + 2 * t + e >= lim:
+                            if 8 * j + e >= keys:
                                 s[I, j, 2 * H + e] = NEG_INF
                 mx = m[R]
                 for j in range(NS):
