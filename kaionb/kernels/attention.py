@@ -49,10 +49,16 @@ MAX_HEAD_DIM = HEAD_DIMS[-1]
 TILES = {"prefill": (4, 1), "decode": (1, 1)}
 
 
-def keys_per_tile(DP: int) -> int:
-    """BN: 64 keys up to DP = 128; fewer for wider heads, whose O fragments (DP/2
-    registers per lane) leave less room for S (BN/2): at DP = 256, BN = 32 spilled on
-    sm_90a (ptxas -v: 12 stores, 32 loads), BN = 16 does not."""
+def keys_per_tile(DP: int, tile: str) -> int:
+    """BN, measured (docs/perf-log-attention.md #2): 128 keys up to DP = 64 for prefill
+    (0.74 of FA2 at D = 64 against 0.64 with 64; the one-warp decode tile spilled with
+    128 at DP = 32, and 32 or 64 timed the same), 64 up to DP = 128 (0.71 against 0.61
+    with 32); fewer for
+    wider heads, whose O fragments (DP/2 registers per lane) leave less room for S (BN/2):
+    at DP = 256, BN = 32 spilled on sm_90a (ptxas -v: 12 stores, 32 loads), BN = 16 does
+    not."""
+    if DP <= 64 and tile == "prefill":
+        return 128
     return 64 if DP <= 128 else 32 if DP <= 192 else 16
 DECODE_MAX_ROWS = 16  # a GQA group's packed queries that fit the decode tile
 # Split the keys until the grid has this many blocks per SM (decode: one warp each).
@@ -99,7 +105,7 @@ def make_attention_kernel(operand: str, DP: int, BN: int, WARPS: int, MT: int, n
 
 
 _KERNELS = {(operand, DP, tile): make_attention_kernel(
-    operand, DP, keys_per_tile(DP), *TILES[tile], f"_attention_fwd_kernel_{operand}_d{DP}_{tile}")
+    operand, DP, keys_per_tile(DP, tile), *TILES[tile], f"_attention_fwd_kernel_{operand}_d{DP}_{tile}")
             for operand in ("f16", "bf16") for DP in HEAD_DIMS for tile in TILES}
 
 
