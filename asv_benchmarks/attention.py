@@ -1,0 +1,86 @@
+"""asv: attention forward (``kaionb.attention``, the mma.sync FlashAttention kernel) against
+torch SDPA's FlashAttention-2 backend on the same bf16 inputs, at the shapes of
+``benchmarks/attention_table.py``: prefill (full and causal, D = 64 and 128, GQA 32/8) and
+one decode step (Sq = 1 against an 8192-key cache, GQA 32/8). kaionb writes into a
+preallocated ``out``; GQA runs through ``enable_gqa`` (K/V not repeated)."""
+
+from .common import batched_ms
+
+
+class TimeAttention:
+    params = (["b4h16s4096d128", "b4h16s4096d128-causal", "b4h32s4096d64",
+               "b16h16s1024d128", "gqa32x8-s4096d128-causal",
+               "decode-b16hq32hkv8-sk8192d128"],)
+    param_names = ["shape"]
+    timeout = 300
+
+    # name: (B, Hq, Hkv, Sq, Sk, D, causal)
+    SHAPES = {
+        "b4h16s4096d128": (4, 16, 16, 4096, 4096, 128, False),
+        "b4h16s4096d128-causal": (4, 16, 16, 4096, 4096, 128, True),
+        "b4h32s4096d64": (4, 32, 32, 4096, 4096, 64, False),
+        "b16h16s1024d128": (16, 16, 16, 1024, 1024, 128, False),
+        "gqa32x8-s4096d128-causal": (4, 32, 8, 4096, 4096, 128, True),
+        "decode-b16hq32hkv8-sk8192d128": (16, 32, 8, 1, 8192, 128, False),
+    }
+
+    def setup(self, shape):
+        import kaionb
+
+        if not kaionb.gpu_available():
+            raise NotImplementedError("no CUDA GPU")
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        B, Hq, Hkv, Sq, Sk, D, causal = self.SHAPES[shape]
+        self.torch, self.kaionb = torch, kaionb
+        self.F, self.sdpa_kernel, self.backend = F, sdpa_kernel, SDPBackend.FLASH_ATTENTION
+        self.causal, self.gqa = causal, Hq != Hkv
+        self.decode = Sq <= 16
+        if self.decode:  # bytes of K and V read once
+            self.work = 2.0 * B * Hkv * Sk * D * 2
+        else:  # FLOPs of Q·Kᵀ and P·V, half of them under a causal mask (Sq = Sk)
+            self.work = 4.0 * B * Hq * Sq * Sk * D * (0.5 if causal else 1.0)
+        self.q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=torch.bfloat16)
+        self.k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
+        self.v = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
+        self.o = torch.empty_like(self.q)
+        self.kq, self.kk, self.kv, self.ko = (kaionb.asarray(t)
+                                              for t in (self.q, self.k, self.v, self.o))
+        for _ in range(3):  # compile, load, warm up
+            self._ours()
+            self._fa2()
+        torch.cuda.synchronize()
+
+    def _ours(self):
+        return self.kaionb.attention(self.kq, self.kk, self.kv, causal=self.causal,
+                                     out=self.ko)
+
+    def _fa2(self):
+        with self.sdpa_kernel([self.backend]):
+            return self.F.scaled_dot_product_attention(self.q, self.k, self.v,
+                                                       is_causal=self.causal,
+                                                       enable_gqa=self.gqa)
+
+    def time_kaionb(self, shape):
+        self._ours()
+        self.torch.cuda.synchronize()
+
+    def time_flash_attention_2(self, shape):
+        self._fa2()
+        self.torch.cuda.synchronize()
+
+    def track_rate(self, shape):
+        """Prefill: TFLOP/s (4·B·Hq·Sq·Sk·D, halved for causal). Decode: GB/s of K and V
+        (2·B·Hkv·Sk·D·2 bytes)."""
+        ms = batched_ms(self._ours)
+        return self.work / (ms * 1e-3) / (1e9 if self.decode else 1e12)
+
+    track_rate.unit = "TFLOP/s (decode: GB/s)"
+
+    def track_ratio_to_flash_attention_2(self, shape):
+        """FlashAttention-2 time / ours: > 1 means kaionb is faster."""
+        return batched_ms(self._fa2) / batched_ms(self._ours)
+
+    track_ratio_to_flash_attention_2.unit = "ratio"
