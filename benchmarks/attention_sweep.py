@@ -4,8 +4,8 @@ float32) and timed beside FlashAttention-2 (torch SDPA flash backend) in the sam
 
     python benchmarks/attention_sweep.py [--json out.json]
 
-A candidate is (BN keys per tile, warps, m16 tiles per warp, blocks per SM the key split
-aims for). Results go to docs/perf-log-attention.md.
+A candidate is ("mma", BN keys per tile, warps, m16 tiles per warp) for the mma.sync
+block or ("wgmma", BN) for the Hopper block. Results go to docs/perf-log-attention.md.
 """
 
 import argparse
@@ -18,10 +18,10 @@ from kaionb.kernels import attention as at
 from attention_table import SHAPES, bench_ms, sdpa
 
 CANDIDATES = {
-    128: [(64, 4, 1, 2), (64, 8, 1, 2), (32, 4, 1, 2), (32, 8, 1, 2)],
-    64: [(64, 4, 1, 2), (64, 4, 2, 2), (128, 4, 1, 2), (64, 8, 1, 2)],
+    128: [("mma", 64, 4, 1), ("wgmma", 64), ("wgmma", 128)],
+    64: [("mma", 128, 4, 1), ("wgmma", 64), ("wgmma", 128)],
 }
-DECODE_CANDIDATES = [(64, 1, 1, 8), (64, 1, 1, 16), (32, 1, 1, 8), (32, 1, 1, 16)]
+DECODE_CANDIDATES = [("mma", 64, 1, 1)]
 SWEPT = ["b4h16s4096d128", "b4h16s4096d128-causal", "b4h32s4096d64",
          "decode-b16hq32hkv8-sk8192d128"]
 
@@ -50,12 +50,14 @@ def main():
         fa2_ms = bench_ms(torch, fa2)
         ref = fa2().float()
         decode = Sq <= 16
+        per_sm = at.TARGET_BLOCKS_PER_SM["decode" if decode else "prefill"]
         for cand in DECODE_CANDIDATES if decode else CANDIDATES[D]:
-            BN, warps, mt, per_sm = cand
-            key = (D, BN, warps, mt)
+            key = (D,) + cand
             if key not in kernels:
-                kernels[key] = at.make_attention_kernel(
-                    "bf16", D, BN, warps, mt, f"_attention_sweep_d{D}_bn{BN}_w{warps}_mt{mt}")
+                name = "_attention_sweep_" + "_".join(map(str, key))
+                blk = (at.attention_block("bf16", D, *cand[1:]) if cand[0] == "mma" else
+                       at.wgmma_attention_block("bf16", D, cand[1]))
+                kernels[key] = at.make_attention_kernel(blk, name)
             kdef = kernels[key]
             scale = D ** -0.5
 
@@ -67,7 +69,7 @@ def main():
             row = dict(shape=name, candidate=cand, ms=ms, fa2_ms=fa2_ms, ratio=fa2_ms / ms,
                        rel_err_vs_fa2=err, smem=kdef.block.SHARED_BYTES)
             rows.append(row)
-            print(f"{name:32s} BN{BN:<4d} warps {warps} MT {mt} per-SM {per_sm:<3d} "
+            print(f"{name:32s} {str(cand):22s} "
                   f"{ms * 1e3:8.1f} µs  FA2 {fa2_ms * 1e3:8.1f} µs  ×FA2 {fa2_ms / ms:5.2f}  "
                   f"err {err:.1e}", flush=True)
     if args.json:

@@ -6,7 +6,8 @@ same GPU, same run, same inputs (bf16 unless --dtype f16).
 Shapes are the issue's: B4 H16 S4096 D128 (full and causal), B4 H32 S4096 D64,
 B16 H16 S1024 D128, GQA 32/8 S4096 D128 causal, and decode B16 Hq32 Hkv8 Sk8192 D128.
 FLOPs = 4·B·Hq·Sq·Sk·D, halved for causal (Sq = Sk); decode reports GB/s of K and V
-(2·B·Hkv·Sk·D·2 bytes). Timing: CUDA events around batches of calls after a warm-up,
+(2·B·Hkv·Sk·D·2 bytes). "mma.sync" is the mma.sync kernel forced where the dispatcher
+would pick wgmma (``attention_fwd(prefer_wgmma=False)``). Timing: CUDA events around batches of calls after a warm-up,
 median of 15 batches; inputs random normals. kaionb writes into a preallocated ``out``.
 """
 
@@ -16,6 +17,7 @@ import statistics
 import sys
 
 import kaionb
+from kaionb.kernels.attention import attention_fwd
 
 SHAPES = {
     # name: (B, Hq, Hkv, Sq, Sk, D, causal)
@@ -83,7 +85,8 @@ def main():
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     rows = []
-    print(f"{'shape':32s} {'kaionb':>16s} {'FA2':>16s} {'cuDNN':>16s} {'÷FA2':>6s} {'÷cuDNN':>6s}")
+    print(f"{'shape':32s} {'kaionb':>16s} {'mma.sync':>16s} {'FA2':>16s} {'cuDNN':>16s} "
+          f"{'÷FA2':>6s} {'÷cuDNN':>6s} {'mma÷FA2':>7s}")
     for name in args.shapes.split(","):
         B, Hq, Hkv, Sq, Sk, D, causal = SHAPES[name]
         gen = torch.Generator(device="cuda").manual_seed(0)
@@ -101,7 +104,9 @@ def main():
             return work / (ms * 1e-3) / (1e9 if decode else 1e12)
 
         times = {"kaionb": bench_ms(torch, lambda: kaionb.attention(kq, kk, kv, causal=causal,
-                                                                     out=ko))}
+                                                                     out=ko)),
+                 "mma.sync": bench_ms(torch, lambda: attention_fwd(kq, kk, kv, causal,
+                                                                   out=ko, prefer_wgmma=False))}
         notes = {}
         for label, backend in (("FA2", SDPBackend.FLASH_ATTENTION),
                                ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
@@ -110,10 +115,11 @@ def main():
             if why:
                 notes[label] = why
         cells = [f"{times[x] * 1e3:7.1f}µs {rate(times[x]):6.0f}" if times[x] else f"{'n/a':>16s}"
-                 for x in ("kaionb", "FA2", "cuDNN")]
+                 for x in ("kaionb", "mma.sync", "FA2", "cuDNN")]
         ratios = [f"{times[x] / times['kaionb']:6.2f}" if times[x] else "   n/a"
                   for x in ("FA2", "cuDNN")]
-        print(f"{name:32s} {cells[0]} {cells[1]} {cells[2]} {ratios[0]} {ratios[1]}  ({unit})",
+        mma_ratio = f"{times['FA2'] / times['mma.sync']:7.2f}" if times["FA2"] else "    n/a"
+        print(f"{name:32s} {' '.join(cells)} {ratios[0]} {ratios[1]} {mma_ratio}  ({unit})",
               flush=True)
         rows.append(dict(shape=name, unit=unit, ms=times, rate={x: rate(t) for x, t in
                                                                 times.items() if t},

@@ -192,6 +192,28 @@ def test_attention_decode(shape, causal, dtype):
     check_attention(*shape, dtype, causal=causal, seed=sum(shape) + 1)
 
 
+MMA_SYNC_ON_HOPPER = [(2, 4, 2, 300, 333, 128), (1, 2, 2, 129, 200, 64), (1, 2, 1, 70, 90, 256)]
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", MMA_SYNC_ON_HOPPER, ids=lambda s: "x".join(map(str, s)))
+def test_mma_sync_kernel_where_wgmma_would_run(shape, causal):
+    # The head dimensions the Hopper kernel takes, through the mma.sync kernel (on an
+    # H100 the dispatcher would pick wgmma; elsewhere this is the default path anyway).
+    B, Hq, Hkv, Sq, Sk, D = shape
+    rng = np.random.default_rng(sum(shape))
+    q = random_array((B, Hq, Sq, D), BF16, rng=rng)
+    k = random_array((B, Hkv, Sk, D), BF16, rng=rng)
+    v = random_array((B, Hkv, Sk, D), BF16, rng=rng)
+    out = poisoned(q.shape, BF16)
+    _, lse = at.attention_fwd(kaionb.asarray(q), kaionb.asarray(k), kaionb.asarray(v), causal,
+                              None, True, out=out, prefer_wgmma=False)
+    ref, ref_lse = at.attention_ref(q, k, v, causal=causal)
+    assert_close(out, ref, tol=TOL[BF16])
+    assert_close(lse, ref_lse, tol=LSE_TOL)
+
+
 @gpu
 @pytest.mark.parametrize("rank", [2, 3])
 def test_lower_ranks(rank):

@@ -33,11 +33,12 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, int64
 
-from .._device import multiprocessor_count
+from .._device import compute_capability, multiprocessor_count
 from ..array import DeviceArray, _contiguous_strides, bfloat16, empty
 from ..ptx_patches import ex2_approx_f32, global_addr, st_global_b32
 from ..validation import as_array, check_contiguous, check_same_dtype, fail
 from .helpers.attention import LN2, LOG2E, attention_block
+from .helpers.attention_wgmma import WgmmaAttentionBlock, wgmma_attention_block
 from .helpers.epilogue import OUT_BF16, OUT_F16, OUT_F32, pack_pair
 from .launch import kernel
 from .op import ANY_LAYOUT, Plan, fast_path, output, run
@@ -50,16 +51,19 @@ TILES = {"prefill": (4, 1), "decode": (1, 1)}
 
 
 def keys_per_tile(DP: int, tile: str) -> int:
-    """BN, measured (docs/perf-log-attention.md #2): 128 keys up to DP = 64 for prefill
-    (0.74 of FA2 at D = 64 against 0.64 with 64; the one-warp decode tile spilled with
-    128 at DP = 32, and 32 or 64 timed the same), 64 up to DP = 128 (0.71 against 0.61
-    with 32); fewer for
-    wider heads, whose O fragments (DP/2 registers per lane) leave less room for S (BN/2):
-    at DP = 256, BN = 32 spilled on sm_90a (ptxas -v: 12 stores, 32 loads), BN = 16 does
-    not."""
+    """BN of the mma.sync kernels, measured (docs/perf-log-attention.md #3): 128 keys up to
+    DP = 64 for prefill (0.74 of FA2 at D = 64 against 0.64 with 64; the one-warp decode
+    tile spilled with 128 at DP = 32, and 32 or 64 timed the same), 64 up to DP = 128
+    (0.71 against 0.61 with 32); fewer for wider heads, whose O fragments (DP/2 registers
+    per lane) leave less room for S (BN/2): at DP = 256, BN = 32 spilled on sm_90a
+    (ptxas -v: 12 stores, 32 loads), BN = 16 does not."""
     if DP <= 64 and tile == "prefill":
         return 128
     return 64 if DP <= 128 else 32 if DP <= 192 else 16
+
+
+# Hopper (sm_90a) prefill: the wgmma block for these head dimensions, keys per tile.
+WGMMA_KEYS_PER_TILE = {64: 128, 128: 64, 256: 64}
 DECODE_MAX_ROWS = 16  # a GQA group's packed queries that fit the decode tile
 # Split the keys until the grid has this many blocks per SM (decode: one warp each).
 TARGET_BLOCKS_PER_SM = {"prefill": 2, "decode": 8}
@@ -75,21 +79,22 @@ _KIND = {_F32: OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
 
 # -- kernels ---------------------------------------------------------------------------------
 
-def make_attention_kernel(operand: str, DP: int, BN: int, WARPS: int, MT: int, name: str):
-    """One variant (operand × head dimension × geometry). Arguments: q, k, v (uint16 bits,
+def make_attention_kernel(blk, name: str):
+    """One variant: the grid mapped onto ``blk`` (an ``AttentionBlock`` or, compiled for
+    sm_90a only, a ``WgmmaAttentionBlock``). Arguments: q, k, v (uint16 bits,
     4-D, any strides); out32 / out16 (the output [Z, Hq, Sq, D] for kind OUT_F32, or the
     f16/bf16 bits) and lse [Z, Hq, Sq] — Z = B, or splits·B partials; then kind, Sq, Sk,
     D, G (= Hq/Hkv), P (heads packed per block: 1 or G), causal, scale·log2(e), keys per
     split, B. Grid: (row tiles, Hq / P, splits · B)."""
-    blk = attention_block(operand, DP, BN, WARPS, MT)
     block = blk.block
     BM = blk.BM
+    hopper = isinstance(blk, WgmmaAttentionBlock)
     signature = ("void(uint16[:, :, :, :], uint16[:, :, :, :], uint16[:, :, :, :], "
                  "float32[:, :, :, :], uint16[:, :, :, :], float32[:, :, ::1], int32, int32, "
                  "int32, int32, int32, int32, int32, float32, int32, int32)")
 
-    @kernel([signature], name=name,
-            max_dynamic_shared_bytes=blk.SHARED_BYTES, launch_bounds=blk.THREADS)
+    @kernel([signature], name=name, max_dynamic_shared_bytes=blk.SHARED_BYTES,
+            launch_bounds=blk.THREADS, arch_specific=hopper, min_cc=(9, 0) if hopper else (8, 0))
     def _attention_fwd_kernel(q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal,
                               scale_log2, keys_per_split, B):
         smem = cuda.shared.array(0, np.uint8)
@@ -105,8 +110,12 @@ def make_attention_kernel(operand: str, DP: int, BN: int, WARPS: int, MT: int, n
 
 
 _KERNELS = {(operand, DP, tile): make_attention_kernel(
-    operand, DP, keys_per_tile(DP, tile), *TILES[tile], f"_attention_fwd_kernel_{operand}_d{DP}_{tile}")
-            for operand in ("f16", "bf16") for DP in HEAD_DIMS for tile in TILES}
+    attention_block(operand, DP, keys_per_tile(DP, tile), *TILES[tile]),
+    f"_attention_fwd_kernel_{operand}_d{DP}_{tile}")
+    for operand in ("f16", "bf16") for DP in HEAD_DIMS for tile in TILES}
+_WGMMA_KERNELS = {(operand, DP): make_attention_kernel(
+    wgmma_attention_block(operand, DP, BN), f"_attention_fwd_kernel_{operand}_d{DP}_wgmma")
+    for operand in ("f16", "bf16") for DP, BN in WGMMA_KEYS_PER_TILE.items()}
 
 
 @kernel(["void(float32[:, :, :, ::1], float32[:, :, ::1], float32[:, :, :, :], "
@@ -218,8 +227,9 @@ def _splits(blocks: int, key_tiles: int, blocks_per_sm: int) -> int:
 
 @fast_path
 def attention_fwd(q, k, v, causal=False, scale=None, return_lse=False, *, out=None,
-                  dtype=None, op="attention"):
-    """Validate, resolve the output(s) and launch. Returns ``out`` or ``(out, lse)``."""
+                  dtype=None, op="attention", prefer_wgmma=True):
+    """Validate, resolve the output(s) and launch. Returns ``out`` or ``(out, lse)``.
+    ``prefer_wgmma=False`` runs the mma.sync kernel on a Hopper GPU too (tests, tables)."""
     q = as_array(op, "q", q, dtypes=_INPUT_DTYPES)
     k = as_array(op, "k", k, dtypes=_INPUT_DTYPES)
     v = as_array(op, "v", v, dtypes=_INPUT_DTYPES)
@@ -239,18 +249,23 @@ def attention_fwd(q, k, v, causal=False, scale=None, return_lse=False, *, out=No
              f"pointer 0x{out.ptr:x}, strides {out.strides}")
     if return_lse:
         lse = output(op, None, q.shape[:-1], _F32, device=q.device_id, layout=ANY_LAYOUT)
-        return run(_attention_launch, q, k, v, bool(causal), float(scale), out=(out, lse))
-    return run(_attention_launch, q, k, v, bool(causal), float(scale), out=out)
+        return run(_attention_launch, q, k, v, bool(causal), float(scale), prefer_wgmma,
+                   out=(out, lse))
+    return run(_attention_launch, q, k, v, bool(causal), float(scale), prefer_wgmma, out=out)
 
 
-def _attention_launch(q, k, v, causal, scale, out, lse=None):
-    """Pick the kernel: the decode tile when a GQA group's queries fit it."""
-    D = q.shape[-1]
+def _attention_launch(q, k, v, causal, scale, prefer_wgmma, out, lse=None):
+    """Pick the kernel: the decode tile when a GQA group's queries fit it; on Hopper the
+    wgmma block for prefill where it has the head dimension."""
+    DP = _head_dim_class(q.shape[-1])
     G = q.shape[-3] // k.shape[-3] if q.ndim >= 3 else 1
     tile = "decode" if G * q.shape[-2] <= DECODE_MAX_ROWS else "prefill"
     operand = _OPERAND.get(q.dtype, "bf16")
-    launch_attention(_KERNELS[(operand, _head_dim_class(D), tile)], TARGET_BLOCKS_PER_SM[tile],
-                     q, k, v, causal, scale, out, lse)
+    kdef = _KERNELS[(operand, DP, tile)]
+    if (prefer_wgmma and tile == "prefill" and (operand, DP) in _WGMMA_KERNELS
+            and compute_capability() == (9, 0)):
+        kdef = _WGMMA_KERNELS[(operand, DP)]
+    launch_attention(kdef, TARGET_BLOCKS_PER_SM[tile], q, k, v, causal, scale, out, lse)
 
 
 def launch_attention(kdef, blocks_per_sm, q, k, v, causal, scale, out, lse=None):

@@ -13,6 +13,7 @@ kaionb writes PTX text. See docs/writing-kernels.md.
 - :mod:`.fast_math`   ``ex2``/``tanh``/``rcp``/``rsqrt`` approximations, half2 ``fma``
 - :mod:`.wgmma`       Hopper warpgroup MMA, its fence/commit/wait, smem descriptors
 - :mod:`.accumulator_store`  store sequences for wgmma accumulators (epilogues)
+- :mod:`.accumulator_softmax`  the online softmax on a wgmma accumulator (attention)
 - :mod:`.mbarrier`    shared-memory barriers with transaction counts (sm_90)
 - :mod:`.bulk_copy`   TMA: ``cp.async.bulk`` 1-D and tensor copies, their groups,
                       ``prefetch.tensormap``, the async-proxy fence (sm_90)
@@ -28,6 +29,14 @@ from ._factory import (
     device_function,
     ptx_instruction,
     target_cc,
+)
+from .accumulator_softmax import (
+    accumulator_exp2,
+    accumulator_mask_columns,
+    accumulator_pack,
+    accumulator_row_max,
+    accumulator_scale_rows,
+    st_shared_accumulator_f32,
 )
 from .accumulator_store import (
     st_global_accumulator,
@@ -128,11 +137,17 @@ from .wgmma import (
     wgmma_commit_group,
     wgmma_fence,
     wgmma_m64n64k16_f32_bf16,
+    wgmma_m64n64k16_f32_bf16_rs,
     wgmma_m64n64k16_f32_f16,
+    wgmma_m64n64k16_f32_f16_rs,
     wgmma_m64n128k16_f32_bf16,
+    wgmma_m64n128k16_f32_bf16_rs,
     wgmma_m64n128k16_f32_f16,
+    wgmma_m64n128k16_f32_f16_rs,
     wgmma_m64n256k16_f32_bf16,
+    wgmma_m64n256k16_f32_bf16_rs,
     wgmma_m64n256k16_f32_f16,
+    wgmma_m64n256k16_f32_f16_rs,
     wgmma_m64n128k32_s32_s8,
     wgmma_m64n256k32_s32_s8,
     wgmma_wait_group,

@@ -74,6 +74,44 @@ wgmma_m64n256k16_f32_bf16 = _wgmma(256, "bf16")
 wgmma_m64n128k32_s32_s8 = _wgmma(128, "s8")
 wgmma_m64n256k32_s32_s8 = _wgmma(256, "s8")
 
+
+
+def _wgmma_rs(n: int, ab: str):
+    """m64nNk16 wgmma with A in registers (f32 += f16/bf16): each warp's 16 rows of A as
+    the four 32-bit registers of an ``mma.sync`` m16n8k16 A fragment."""
+    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
+    count = n // 2
+    acc = ", ".join(f"${i}" for i in range(count))
+    # $count..$count+3: A; $count+4: B's descriptor; $count+5: scale-d; $count+6: trans-b.
+    template = (
+        f"{{ .reg .pred p; setp.ne.b32 p, ${count + 5}, 0;\n"
+        f" {ptx} {{{acc}}}, {{${count}, ${count + 1}, ${count + 2}, ${count + 3}}}, "
+        f"${count + 4}, p, 1, 1, ${count + 6}; }}"
+    )
+    acc_type = types.UniTuple(types.float32, count)
+    return ptx_instruction(
+        f"wgmma_m64n{n}k16_f32_{ab}_rs",
+        template,
+        outputs=acc_type,
+        inputs=(types.UniTuple(types.uint32, 4), types.uint64, types.uint32, IMM, acc_type),
+        tied=4,
+        side_effect=True,
+        memory=True,
+        arch=SM90A,
+        instruction=ptx,
+        doc=f"``{ptx}`` with A from registers: (a: 4×u32, desc_b: u64, scale_d: u32, "
+        f"trans_b: const, acc: {count}×float32) -> acc. A is the lane's m16n8k16 A "
+        "fragment of its warp's 16 rows (FlashAttention's P); trans_b 1: B N-major.",
+    )
+
+
+wgmma_m64n64k16_f32_f16_rs = _wgmma_rs(64, "f16")
+wgmma_m64n128k16_f32_f16_rs = _wgmma_rs(128, "f16")
+wgmma_m64n256k16_f32_f16_rs = _wgmma_rs(256, "f16")
+wgmma_m64n64k16_f32_bf16_rs = _wgmma_rs(64, "bf16")
+wgmma_m64n128k16_f32_bf16_rs = _wgmma_rs(128, "bf16")
+wgmma_m64n256k16_f32_bf16_rs = _wgmma_rs(256, "bf16")
+
 wgmma_fence = ptx_instruction(
     "wgmma_fence",
     "wgmma.fence.sync.aligned;",

@@ -24,6 +24,11 @@ stored). Pipeline, per key tile j (two groups in flight):
     wait K_j · barrier · S = Q·K_jᵀ · issue K_j+1 · softmax · wait V_j · barrier ·
     issue V_j+1 · O += P·V_j
 
+:class:`AttentionTiles` holds what every attention block shares — the tiles, their
+loaders, the key range and masks, the staged output store — and :class:`AttentionBlock`
+is the mma.sync block; :mod:`.attention_wgmma` builds Hopper's wgmma block on the same
+tiles.
+
 Rows: a block's rows are *packed* query rows r = head_in_group·Sq + i over P heads that
 share one K/V head (P = 1: one head, rows are queries; P = the GQA group: decode, where
 Sq is small and the group's queries fill the m16 tiles, reading K/V once per group).
@@ -64,44 +69,17 @@ PANEL_ROW_STEP = 16 * LINE  # 16 rows of a panel: two swizzle periods, offsets a
 NEG_INF = float32(-math.inf)
 
 
-class AttentionBlock:
-    """Compile-time geometry and the device function of one variant.
+class AttentionTiles:
+    """Shared memory and the global ↔ shared traffic of one attention block: a Q tile of
+    BM rows and two stages each of K and V (BN rows), rows of DT elements in 128-byte
+    panels (module doc), THREADS threads loading; the output staged as f32 rows of CS.
+    Offsets are bytes from the dynamic shared memory's start (``base`` arguments shift
+    them: the wgmma block aligns its tiles to 1024 bytes)."""
 
-    ``operand``: "f16" or "bf16"; ``DP``: head dimension the tiles compute (a multiple of
-    16; D ≤ DP, the rest zero); ``BN``: keys per tile; ``WARPS`` warps of 16·MT rows
-    (MT = 1 or 2: two m16 tiles per warp share every K and V fragment, halving the
-    shared-memory reads per mma).
-
-    ``block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal, scale_log2,
-    b, zo, hg, m0, n_begin, n_hi)``: rows m0… of head group ``hg`` (heads hg·P …, packed
-    as in the module doc) of batch ``b`` against keys [n_begin, n_hi); the output goes to
-    ``out32`` (``kind`` OUT_F32) or ``out16`` (f16/bf16 bits) at batch index ``zo``, the
-    log-sum-exp to ``lse[zo]``. q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] are uint16
-    arrays with any strides (16-byte aligned rows), outputs too; G = Hq / Hkv.
-    """
-
-    def __init__(self, operand: str, DP: int, BN: int, WARPS: int, MT: int = 1):
-        if operand not in ("f16", "bf16"):
-            raise ValueError(f"attention block: operand must be f16 or bf16, got {operand!r}")
-        if DP % 16 or not 16 <= DP <= 256 or BN % 16 or MT not in (1, 2):
-            raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16, "
-                             f"MT 1 or 2 (got {MT})")
-        mma = OPERANDS[operand].mma
-        KIND = 1 if operand == "f16" else 2  # helpers.epilogue's OUT_F16 / OUT_BF16
-        WROWS = 16 * MT  # rows per warp
-        LANE_ROWS = 2 * MT  # rows per lane: g and g + 8 of each m16 tile
-        BM = WROWS * WARPS
-        THREADS = 32 * WARPS
+    def __init__(self, DP: int, BN: int, BM: int, THREADS: int):
         DT = -(-DP // 64) * 64  # stored row: whole 128-byte panels
         Q_BYTES, KV_BYTES = BM * DT * 2, BN * DT * 2
-        K_BASE = Q_BYTES
-        V_BASE = Q_BYTES + 2 * KV_BYTES
         CS = DP + 8  # row stride (f32) of the staged output: conflict-free 8-byte stores
-        SHARED_BYTES = max(Q_BYTES + 4 * KV_BYTES, (BM * CS + BM) * 4)  # or staged O + lse
-        KS = DP // 16  # k16 steps of Q·Kᵀ; n16 pairs of P·V's output
-        NS = BN // 8  # n8 tiles of S
-        KK = BN // 16  # k16 steps of P·V
-        ND = DP // 8  # n8 tiles of O
         CPR = DP // 8  # 16-byte chunks of a row that hold data
         # K/V loads: where the stored row's chunks divide the block, each thread keeps one
         # chunk column and steps RSTEP rows; else each chunk's row and column are divided
@@ -109,10 +87,6 @@ class AttentionBlock:
         LCPR = DT // 8
         FIXED_COLUMN = THREADS % LCPR == 0
         RSTEP = THREADS // LCPR if FIXED_COLUMN else 0
-        # Q's fragments stay in registers (4·KS per m16 tile) up to DP = 128 with one m16
-        # tile per warp; otherwise they are read from shared memory at every k-step.
-        Q_IN_REGS = DP <= 128 and MT == 1
-        QF_SIZE = KS if Q_IN_REGS else 1
 
         @device_function
         def chunk_offset(r, c, ROWS):
@@ -161,7 +135,7 @@ class AttentionBlock:
             return hg * P + hi, row - hi * Sq
 
         @device_function
-        def load_q_tile(smem, q, b, hg, m0, rows_total, Sq, P, D, tid):
+        def load_q_tile(smem, q_base, q, b, hg, m0, rows_total, Sq, P, D, tid):
             """cp.async packed rows m0 … m0+BM−1 of head group hg into the Q tile."""
             base = global_addr(q, (int64(b), int64(0), int64(0), int64(0)))
             for ch in range(tid, BM * CPR, THREADS):
@@ -172,78 +146,38 @@ class AttentionBlock:
                 if ok:
                     hq, qi = row_head(m0 + r, hg, P, Sq)
                     addr = global_addr(q, (int64(b), int64(hq), int64(qi), int64(c * 8)))
-                cp_async_cg_16(shared_addr(smem, chunk_offset(r, c, BM)), addr,
+                cp_async_cg_16(shared_addr(smem, q_base + chunk_offset(r, c, BM)), addr,
                                16 if ok else 0)
 
-        def make_row(I, H):
-            """The per-row steps for row g + 8·H of the lane's m16 tile I (fixed at compile
-            time, so every fragment index is a constant and stays in registers)."""
-            R = 2 * I + H  # the row's slot in m and ℓ
-
-            @device_function
-            def softmax_update(s, o, m, ell, lim, masked, n0, t, scale_log2):
-                """Mask, new maximum, P = 2^(S·c − m·c) in place, ℓ and O rescaled."""
-                if masked:
-                    keys = int32(lim - n0 - 2 * t)  # this lane's columns 8j + e below it
-                    for j in range(NS):
-                        for e in range(2):
-                            if 8 * j + e >= keys:
-                                s[I, j, 2 * H + e] = NEG_INF
-                mx = m[R]
-                for j in range(NS):
-                    mx = max(mx, max(s[I, j, 2 * H], s[I, j, 2 * H + 1]))
-                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))
-                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
-                # A row with no key so far subtracts 0: −inf − (−inf) would be NaN.
-                ms = float32(0.0) if mx == NEG_INF else mx * scale_log2
-                alpha = ex2_approx_f32(m[R] * scale_log2 - ms)
-                m[R] = mx
-                rs = float32(0.0)
-                for j in range(NS):
-                    for e in range(2):
-                        pe = ex2_approx_f32(s[I, j, 2 * H + e] * scale_log2 - ms)
-                        s[I, j, 2 * H + e] = pe
-                        rs += pe
-                ell[R] = ell[R] * alpha + rs
-                for j in range(ND):
-                    o[I, j, 2 * H] *= alpha
-                    o[I, j, 2 * H + 1] *= alpha
-
-            @device_function
-            def finish(o, m, ell, cs, lse_rows, r, t, scale_log2):
-                """O/ℓ of block row r into the staged tile ``cs``, its lse into
-                ``lse_rows[r]``."""
-                lsum = ell[R]
-                lsum += cuda.shfl_xor_sync(FULL_MASK, lsum, 1)
-                lsum += cuda.shfl_xor_sync(FULL_MASK, lsum, 2)
-                inv = float32(1.0) / lsum if lsum > float32(0.0) else float32(0.0)
-                for j in range(ND):
-                    cs[r * CS + 8 * j + 2 * t] = o[I, j, 2 * H] * inv
-                    cs[r * CS + 8 * j + 2 * t + 1] = o[I, j, 2 * H + 1] * inv
-                if t == 0:
-                    lse_rows[r] = NEG_INF
-                    if lsum > float32(0.0):
-                        lse_rows[r] = (m[R] * scale_log2 + math.log2(lsum)) * float32(LN2)
-
-            return softmax_update, finish
-
-        softmax_0, finish_0 = make_row(0, 0)
-        softmax_1, finish_1 = make_row(0, 1)
-        # The second m16 tile's rows (MT = 2); with MT = 1 never called.
-        softmax_2, finish_2 = make_row(1, 0) if MT == 2 else (softmax_0, finish_0)
-        softmax_3, finish_3 = make_row(1, 1) if MT == 2 else (softmax_1, finish_1)
+        @device_function
+        def key_range(m0, rows_total, Sq, Sk, causal, n_begin, n_hi):
+            """(n_stop, mask_from, n_tiles): the block's keys end at n_stop (causal: its
+            last row's limit); tiles reaching mask_from (its first row's limit, or the
+            range's end) need the mask."""
+            last = min(m0 + BM, rows_total) - 1
+            if m0 // Sq == last // Sq:
+                i_lo, i_hi = m0 % Sq, last % Sq
+            else:
+                i_lo, i_hi = int32(0), Sq - 1
+            n_stop = n_hi
+            mask_from = n_hi
+            if causal != 0:
+                n_stop = max(n_begin, min(n_hi, i_hi + 1 + Sk - Sq))
+                mask_from = max(n_begin, min(n_hi, i_lo + 1 + Sk - Sq))
+            return n_stop, mask_from, (n_stop - n_begin + BN - 1) // BN
 
         @device_function
-        def row_limit(row, n_hi, causal, shift, Sq):
+        def row_limit(row, n_hi, causal, Sk, Sq):
             """Keys of packed row ``row`` end here (causal: i + 1 + Sk − Sq)."""
             if causal != 0:
-                return min(n_hi, row % Sq + 1 + shift)
+                return min(n_hi, row % Sq + 1 + Sk - Sq)
             return n_hi
 
         @device_function
-        def store_rows(cs, out32, out16, lse_rows, lse, kind, zo, hg, P, Sq, m0, rows_total,
-                       D, tid):
-            """The staged O tile to the output, 8 columns (16 or 32 bytes) per store."""
+        def store_rows(out32, out16, lse, kind, zo, hg, P, Sq, m0, rows_total, D, tid):
+            """The staged tile (f32 rows of CS from shared offset 0, then BM row lse values)
+            to the output, 8 columns (16 or 32 bytes) per store, and the lse."""
+            cs = cuda.shared.array(0, float32)
             for ch in range(tid, BM * CPR, THREADS):
                 r = ch // CPR
                 c = (ch - r * CPR) * 8
@@ -265,7 +199,127 @@ class AttentionBlock:
             for r in range(tid, BM, THREADS):
                 if m0 + r < rows_total:
                     hq, qi = row_head(m0 + r, hg, P, Sq)
-                    lse[zo, hq, qi] = lse_rows[r]
+                    lse[zo, hq, qi] = cs[BM * CS + r]
+
+        self.DT, self.CS = DT, CS
+        self.Q_BYTES, self.KV_BYTES = Q_BYTES, KV_BYTES
+        self.K_BASE, self.V_BASE = Q_BYTES, Q_BYTES + 2 * KV_BYTES  # two stages each
+        self.SHARED_BYTES = max(Q_BYTES + 4 * KV_BYTES, (BM * CS + BM) * 4)
+        self.load_kv_tile, self.load_q_tile = load_kv_tile, load_q_tile
+        self.key_range, self.row_limit, self.store_rows = key_range, row_limit, store_rows
+
+
+@device_function
+def online_max(m_old, mx, scale_log2):
+    """The online softmax's step for one row: ``mx`` (this lane's maximum, folded with
+    m_old) reduced over the row's quad; returns (new maximum, its scaled value to
+    subtract, the factor 2^((m_old − new)·c) that rescales ℓ and O)."""
+    mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))
+    mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
+    # A row with no key so far subtracts 0: −inf − (−inf) would be NaN.
+    ms = float32(0.0) if mx == NEG_INF else mx * scale_log2
+    return mx, ms, ex2_approx_f32(m_old * scale_log2 - ms)
+
+
+@device_function
+def row_sum_lse(ell, m, scale_log2):
+    """(1/ℓ or 0, lse) of a row from this lane's partial ℓ (summed over the quad) and its
+    maximum: a row with no key gets 0 and −inf."""
+    ell += cuda.shfl_xor_sync(FULL_MASK, ell, 1)
+    ell += cuda.shfl_xor_sync(FULL_MASK, ell, 2)
+    if ell > float32(0.0):
+        return float32(1.0) / ell, (m * scale_log2 + math.log2(ell)) * float32(LN2)
+    return float32(0.0), NEG_INF
+
+
+class AttentionBlock:
+    """Compile-time geometry and the device function of the mma.sync variant.
+
+    ``operand``: "f16" or "bf16"; ``DP``: head dimension the tiles compute (a multiple of
+    16; D ≤ DP, the rest zero); ``BN``: keys per tile; ``WARPS`` warps of 16·MT rows
+    (MT = 1 or 2: two m16 tiles per warp share every K and V fragment, halving the
+    shared-memory reads per mma).
+
+    ``block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal, scale_log2,
+    b, zo, hg, m0, n_begin, n_hi)``: rows m0… of head group ``hg`` (heads hg·P …, packed
+    as in the module doc) of batch ``b`` against keys [n_begin, n_hi); the output goes to
+    ``out32`` (``kind`` OUT_F32) or ``out16`` (f16/bf16 bits) at batch index ``zo``, the
+    log-sum-exp to ``lse[zo]``. q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] are uint16
+    arrays with any strides (16-byte aligned rows), outputs too; G = Hq / Hkv.
+    """
+
+    def __init__(self, operand: str, DP: int, BN: int, WARPS: int, MT: int = 1):
+        if operand not in ("f16", "bf16"):
+            raise ValueError(f"attention block: operand must be f16 or bf16, got {operand!r}")
+        if DP % 16 or not 16 <= DP <= 256 or BN % 16 or MT not in (1, 2):
+            raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16, "
+                             f"MT 1 or 2 (got {MT})")
+        mma = OPERANDS[operand].mma
+        KIND = 1 if operand == "f16" else 2  # helpers.epilogue's OUT_F16 / OUT_BF16
+        WROWS = 16 * MT  # rows per warp
+        LANE_ROWS = 2 * MT  # rows per lane: g and g + 8 of each m16 tile
+        BM = WROWS * WARPS
+        THREADS = 32 * WARPS
+        tiles = AttentionTiles(DP, BN, BM, THREADS)
+        KV_BYTES, K_BASE, V_BASE, CS = tiles.KV_BYTES, tiles.K_BASE, tiles.V_BASE, tiles.CS
+        load_kv_tile, load_q_tile = tiles.load_kv_tile, tiles.load_q_tile
+        key_range, row_limit, store_rows = tiles.key_range, tiles.row_limit, tiles.store_rows
+        KS = DP // 16  # k16 steps of Q·Kᵀ; n16 pairs of P·V's output
+        NS = BN // 8  # n8 tiles of S
+        KK = BN // 16  # k16 steps of P·V
+        ND = DP // 8  # n8 tiles of O
+        # Q's fragments stay in registers (4·KS per m16 tile) up to DP = 128 with one m16
+        # tile per warp; otherwise they are read from shared memory at every k-step.
+        Q_IN_REGS = DP <= 128 and MT == 1
+        QF_SIZE = KS if Q_IN_REGS else 1
+
+        def make_row(I, H):
+            """The per-row steps for row g + 8·H of the lane's m16 tile I (fixed at compile
+            time, so every fragment index is a constant and stays in registers)."""
+            R = 2 * I + H  # the row's slot in m and ℓ
+
+            @device_function
+            def softmax_update(s, o, m, ell, lim, masked, n0, t, scale_log2):
+                """Mask, new maximum, P = 2^(S·c − m·c) in place, ℓ and O rescaled."""
+                if masked:
+                    keys = int32(lim - n0 - 2 * t)  # this lane's columns 8j + e below it
+                    for j in range(NS):
+                        for e in range(2):
+                            if 8 * j + e >= keys:
+                                s[I, j, 2 * H + e] = NEG_INF
+                mx = m[R]
+                for j in range(NS):
+                    mx = max(mx, max(s[I, j, 2 * H], s[I, j, 2 * H + 1]))
+                mx, ms, alpha = online_max(m[R], mx, scale_log2)
+                m[R] = mx
+                rs = float32(0.0)
+                for j in range(NS):
+                    for e in range(2):
+                        pe = ex2_approx_f32(s[I, j, 2 * H + e] * scale_log2 - ms)
+                        s[I, j, 2 * H + e] = pe
+                        rs += pe
+                ell[R] = ell[R] * alpha + rs
+                for j in range(ND):
+                    o[I, j, 2 * H] *= alpha
+                    o[I, j, 2 * H + 1] *= alpha
+
+            @device_function
+            def finish(o, m, ell, cs, r, t, scale_log2):
+                """O/ℓ of block row r into the staged tile ``cs``, its lse after the tile."""
+                inv, row_lse = row_sum_lse(ell[R], m[R], scale_log2)
+                for j in range(ND):
+                    cs[r * CS + 8 * j + 2 * t] = o[I, j, 2 * H] * inv
+                    cs[r * CS + 8 * j + 2 * t + 1] = o[I, j, 2 * H + 1] * inv
+                if t == 0:
+                    cs[BM * CS + r] = row_lse
+
+            return softmax_update, finish
+
+        softmax_0, finish_0 = make_row(0, 0)
+        softmax_1, finish_1 = make_row(0, 1)
+        # The second m16 tile's rows (MT = 2); with MT = 1 never called.
+        softmax_2, finish_2 = make_row(1, 0) if MT == 2 else (softmax_0, finish_0)
+        softmax_3, finish_3 = make_row(1, 1) if MT == 2 else (softmax_1, finish_1)
 
         @device_function
         def block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal,
@@ -275,30 +329,17 @@ class AttentionBlock:
             g, t = lane // 4, lane % 4
             rows_total = P * Sq
             hkv = (hg * P) // G
-            shift = Sk - Sq  # causal: query i sees keys ≤ i + shift
-
-            # The block's key range: causal stops at its last row's limit; a tile needs the
-            # mask once it reaches the first row's limit (or the range's end).
-            last = min(m0 + BM, rows_total) - 1
-            if m0 // Sq == last // Sq:
-                i_lo, i_hi = m0 % Sq, last % Sq
-            else:
-                i_lo, i_hi = int32(0), Sq - 1
-            n_stop = n_hi
-            mask_from = n_hi
-            if causal != 0:
-                n_stop = max(n_begin, min(n_hi, i_hi + 1 + shift))
-                mask_from = max(n_begin, min(n_hi, i_lo + 1 + shift))
-            n_tiles = (n_stop - n_begin + BN - 1) // BN
+            n_stop, mask_from, n_tiles = key_range(m0, rows_total, Sq, Sk, causal, n_begin,
+                                                   n_hi)
             # This lane's rows: g and g + 8 of each of the warp's m16 tiles.
             r0 = warp * WROWS + g
-            lim0 = row_limit(m0 + r0, n_hi, causal, shift, Sq)
-            lim1 = row_limit(m0 + r0 + 8, n_hi, causal, shift, Sq)
-            lim2 = row_limit(m0 + r0 + 16, n_hi, causal, shift, Sq)
-            lim3 = row_limit(m0 + r0 + 24, n_hi, causal, shift, Sq)
+            lim0 = row_limit(m0 + r0, n_hi, causal, Sk, Sq)
+            lim1 = row_limit(m0 + r0 + 8, n_hi, causal, Sk, Sq)
+            lim2 = row_limit(m0 + r0 + 16, n_hi, causal, Sk, Sq)
+            lim3 = row_limit(m0 + r0 + 24, n_hi, causal, Sk, Sq)
 
             # Prologue: Q and K_0 in one group, V_0 in the next.
-            load_q_tile(smem, q, b, hg, m0, rows_total, Sq, P, D, tid)
+            load_q_tile(smem, 0, q, b, hg, m0, rows_total, Sq, P, D, tid)
             if n_tiles > 0:
                 load_kv_tile(smem, K_BASE, k, b, hkv, n_begin, n_stop, D, tid)
             cp_async_commit_group()
@@ -417,19 +458,17 @@ class AttentionBlock:
             cuda.syncthreads()  # every warp is done with the tiles: stage O over them
 
             cs = cuda.shared.array(0, float32)
-            lse_rows = cuda.shared.array(0, float32)[BM * CS:]
-            finish_0(o, m, ell, cs, lse_rows, r0, t, scale_log2)
-            finish_1(o, m, ell, cs, lse_rows, r0 + 8, t, scale_log2)
+            finish_0(o, m, ell, cs, r0, t, scale_log2)
+            finish_1(o, m, ell, cs, r0 + 8, t, scale_log2)
             if MT == 2:
-                finish_2(o, m, ell, cs, lse_rows, r0 + 16, t, scale_log2)
-                finish_3(o, m, ell, cs, lse_rows, r0 + 24, t, scale_log2)
+                finish_2(o, m, ell, cs, r0 + 16, t, scale_log2)
+                finish_3(o, m, ell, cs, r0 + 24, t, scale_log2)
             cuda.syncthreads()
-            store_rows(cs, out32, out16, lse_rows, lse, kind, zo, hg, P, Sq, m0, rows_total,
-                       D, tid)
+            store_rows(out32, out16, lse, kind, zo, hg, P, Sq, m0, rows_total, D, tid)
 
         self.operand = operand
         self.DP, self.BN, self.WARPS, self.MT = DP, BN, WARPS, MT
-        self.BM, self.THREADS, self.SHARED_BYTES = BM, THREADS, SHARED_BYTES
+        self.BM, self.THREADS, self.SHARED_BYTES = BM, THREADS, tiles.SHARED_BYTES
         self.block = block
 
 
@@ -438,4 +477,5 @@ def attention_block(operand: str, DP: int, BN: int, WARPS: int, MT: int = 1) -> 
     return AttentionBlock(operand, DP, BN, WARPS, MT)
 
 
-__all__ = ["LN2", "LOG2E", "AttentionBlock", "attention_block"]
+__all__ = ["LN2", "LOG2E", "NEG_INF", "AttentionBlock", "AttentionTiles", "attention_block",
+           "online_max", "row_sum_lse"]
