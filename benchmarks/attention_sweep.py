@@ -54,10 +54,10 @@ def main():
         for cand in DECODE_CANDIDATES if decode else CANDIDATES[D]:
             key = (D,) + cand
             if key not in kernels:
-                name = "_attention_sweep_" + "_".join(map(str, key))
                 blk = (at.attention_block("bf16", D, *cand[1:]) if cand[0] == "mma" else
                        at.wgmma_attention_block("bf16", D, cand[1]))
-                kernels[key] = at.make_attention_kernel(blk, name)
+                kernels[key] = at.make_attention_kernel(
+                    blk, "_attention_sweep_" + "_".join(map(str, key)))
             kdef = kernels[key]
             scale = D ** -0.5
 

@@ -151,6 +151,7 @@ from .wgmma import (
     wgmma_m64n128k32_s32_s8,
     wgmma_m64n256k32_s32_s8,
     wgmma_wait_group,
+    wgmma_wait_group_holding,
 )
 
 # The instructions and factory names; the submodules (bound here by the imports above)

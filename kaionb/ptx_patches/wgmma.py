@@ -140,6 +140,25 @@ wgmma_wait_group = ptx_instruction(
     doc="``wgmma.wait_group.sync.aligned N;``: wait until at most N groups are pending.",
 )
 
+
+
+def wgmma_wait_group_holding(words: int):
+    """``wgmma.wait_group.sync.aligned N`` that also takes ``words`` 32-bit registers as
+    (unused) operands: ``(N: const, regs: words×u32)``. Passing a register-A wgmma's A
+    here keeps those registers live, so nothing reuses them while the wgmma may still
+    read them — else ptxas serializes every wgmma of the kernel (warning C7513)."""
+    return ptx_instruction(
+        f"wgmma_wait_group_holding_{words}",
+        "wgmma.wait_group.sync.aligned $0;",
+        inputs=(IMM, types.UniTuple(types.uint32, words)),
+        side_effect=True,
+        memory=True,
+        arch=SM90A,
+        doc=f"``wgmma.wait_group.sync.aligned N;`` holding {words} registers until it "
+        "returns.",
+    )
+
+
 @device_function
 def make_smem_desc(saddr, leading_bytes, stride_bytes, swizzle_bytes):
     """The 64-bit wgmma shared-memory descriptor of a tile at ``saddr``.

@@ -13,8 +13,9 @@ read — with the tiles 1024-byte aligned). Per key tile:
        words 4kk … 4kk+3 are the A fragment of k-step kk), V from shared memory N-major
        (transposed B: 64-column panels BN·128 bytes apart, 16 keys = 2048 bytes a step)
 
-Overlap comes from the SM's other blocks (two or three fit), whose GEMMs run while this
-one's softmax does. The k-steps are written out (:func:`_straight_line`): numba keeps a
+Overlap (FlashAttention-3's intra-warpgroup pipelining): S_j and P_j−1·V_j−1 are issued
+together and S_j's softmax runs while the P·V wgmma does; the SM's other blocks (two or
+three fit) fill the rest. The k-steps are written out (:func:`_straight_line`): numba keeps a
 range loop rolled, and ptxas then waits on every wgmma of the loop.
 """
 
@@ -51,6 +52,7 @@ from kaionb.ptx_patches import (
     wgmma_m64n256k16_f32_f16,
     wgmma_m64n256k16_f32_f16_rs,
     wgmma_wait_group,
+    wgmma_wait_group_holding,
 )
 
 from .attention import NEG_INF, AttentionTiles, online_max, row_sum_lse
@@ -113,9 +115,9 @@ class WgmmaAttentionBlock:
         mask_columns = accumulator_mask_columns(BN)
         exp2 = accumulator_exp2(BN)
         pack = accumulator_pack(BN, kind)
-        scale_s = accumulator_scale_rows(BN)
         scale_o = accumulator_scale_rows(DP)
         stage_o = st_shared_accumulator_f32(DP)
+        wait_holding_p = wgmma_wait_group_holding(BN // 4)
         S_REGS, O_REGS = BN // 2, DP // 2  # accumulator registers per thread
 
         def qk_step(ks):
@@ -146,10 +148,24 @@ class WgmmaAttentionBlock:
 
         @device_function
         def tiles_landed():
-            """The loads this thread waited for are visible to wgmma (the async proxy), in
-            every thread's view, after the barrier."""
+            """Every load issued so far has landed and is visible to wgmma (the async
+            proxy) in every thread's view, after the barrier."""
+            cp_async_wait_group(0)
             fence_proxy_async_shared()
             cuda.syncthreads()
+
+        @device_function
+        def softmax_tile(s, m_lo, m_hi, l_lo, l_hi, keys_lo, keys_hi, masked, scale_log2):
+            """The online softmax on one S tile: (P packed, m_lo, m_hi, ℓ_lo, ℓ_hi, α_lo,
+            α_hi), α the factor that rescales O."""
+            if masked:
+                s = mask_columns(keys_lo, keys_hi, s)
+            mx_lo, mx_hi = row_max(s, m_lo, m_hi)
+            m_lo, ms_lo, alpha_lo = online_max(m_lo, mx_lo, scale_log2)
+            m_hi, ms_hi, alpha_hi = online_max(m_hi, mx_hi, scale_log2)
+            e = exp2(scale_log2, -ms_lo, -ms_hi, s)
+            return (pack(e[:S_REGS]), m_lo, m_hi, l_lo * alpha_lo + e[S_REGS],
+                    l_hi * alpha_hi + e[S_REGS + 1], alpha_lo, alpha_hi)
 
         @device_function
         def block(smem, q, k, v, out32, out16, lse, kind_out, Sq, Sk, D, G, P, causal,
@@ -162,20 +178,14 @@ class WgmmaAttentionBlock:
             n_stop, mask_from, n_tiles = key_range(m0, rows_total, Sq, Sk, causal, n_begin,
                                                    n_hi)
             r_lo = warp * 16 + g
-            lim_lo = row_limit(m0 + r_lo, n_hi, causal, Sk, Sq)
-            lim_hi = row_limit(m0 + r_lo + 8, n_hi, causal, Sk, Sq)
+            # The mask's limits relative to column 2t of the tile at n_begin.
+            keys_lo = int32(row_limit(m0 + r_lo, n_hi, causal, Sk, Sq) - n_begin - 2 * t)
+            keys_hi = int32(row_limit(m0 + r_lo + 8, n_hi, causal, Sk, Sq) - n_begin - 2 * t)
 
             smem0 = shared_addr(smem, 0)
             pad = int32((ATOM - smem0 % ATOM) % ATOM)
             k_base = pad + K_BASE
             v_base = pad + V_BASE
-            load_q_tile(smem, pad, q, b, hg, m0, rows_total, Sq, P, D, tid)
-            if n_tiles > 0:
-                load_kv_tile(smem, k_base, k, b, hkv, n_begin, n_stop, D, tid)
-            cp_async_commit_group()
-            if n_tiles > 0:
-                load_kv_tile(smem, v_base, v, b, hkv, n_begin, n_stop, D, tid)
-            cp_async_commit_group()
             q_desc = make_smem_desc(smem0 + uint32(pad), 16, ATOM, 128)
             k_desc = make_smem_desc(smem0 + uint32(k_base), 16, ATOM, 128)
             v_desc = make_smem_desc(smem0 + uint32(v_base), BN * LINE, ATOM, 128)
@@ -187,48 +197,59 @@ class WgmmaAttentionBlock:
             m_hi = NEG_INF
             l_lo = float32(0.0)
             l_hi = float32(0.0)
-            for jt in range(n_tiles):
-                n0 = n_begin + jt * BN
-                stage = int32(jt % 2)
-                cp_async_wait_group(1)  # K_j (and Q) have landed
+            load_q_tile(smem, pad, q, b, hg, m0, rows_total, Sq, P, D, tid)
+            if n_tiles > 0:
+                # Tile 0: S_0, then its softmax while K_1 and V_0 stream in.
+                load_kv_tile(smem, k_base, k, b, hkv, n_begin, n_stop, D, tid)
+                cp_async_commit_group()
                 tiles_landed()
                 wgmma_fence()
-                s = qk(q_desc, k_desc + uint64(stage) * stage_desc, s)
+                s = qk(q_desc, k_desc, s)
                 wgmma_commit_group()
-                # K_j+1 streams in while this tile's softmax and P·V run.
+                if n_tiles > 1:
+                    load_kv_tile(smem, k_base + KV_BYTES, k, b, hkv, n_begin + BN, n_stop, D,
+                                 tid)
+                load_kv_tile(smem, v_base, v, b, hkv, n_begin, n_stop, D, tid)
+                cp_async_commit_group()
+                wgmma_wait_group(0)
+                p, m_lo, m_hi, l_lo, l_hi, alpha_lo, alpha_hi = softmax_tile(
+                    s, m_lo, m_hi, l_lo, l_hi, keys_lo, keys_hi, BN > mask_from - n_begin,
+                    scale_log2)
+            # Tile j (FlashAttention-3's intra-warpgroup overlap): S_j = Q·K_jᵀ and
+            # O += P_j−1·V_j−1 issued together; S_j's softmax runs while the P·V wgmma
+            # does; O is rescaled once that has retired. K_j+1 and V_j stream in meanwhile.
+            for jt in range(1, n_tiles):
+                n0 = n_begin + jt * BN
+                stage = int32(jt % 2)
+                tiles_landed()  # K_j and V_j−1; every warp is past tile j−1's wgmmas
                 if jt + 1 < n_tiles:
                     load_kv_tile(smem, k_base + (1 - stage) * KV_BYTES, k, b, hkv, n0 + BN,
                                  n_stop, D, tid)
-                cp_async_commit_group()
-                wgmma_wait_group(0)
-
-                if n0 + BN > mask_from:
-                    s = mask_columns(int32(lim_lo - n0 - 2 * t), int32(lim_hi - n0 - 2 * t), s)
-                mx_lo, mx_hi = row_max(s, m_lo, m_hi)
-                m_lo, ms_lo, alpha_lo = online_max(m_lo, mx_lo, scale_log2)
-                m_hi, ms_hi, alpha_hi = online_max(m_hi, mx_hi, scale_log2)
-                e = exp2(scale_log2, -ms_lo, -ms_hi, s)
-                l_lo = l_lo * alpha_lo + e[S_REGS]
-                l_hi = l_hi * alpha_hi + e[S_REGS + 1]
-                p = pack(e[:S_REGS])
-                o = scale_o(alpha_lo, alpha_hi, o)
-
-                cp_async_wait_group(1)  # V_j has landed
-                tiles_landed()
-                if jt + 1 < n_tiles:
-                    load_kv_tile(smem, v_base + (1 - stage) * KV_BYTES, v, b, hkv, n0 + BN,
-                                 n_stop, D, tid)
+                load_kv_tile(smem, v_base + stage * KV_BYTES, v, b, hkv, n0, n_stop, D, tid)
                 cp_async_commit_group()
                 wgmma_fence()
-                o = pv(p, v_desc + uint64(stage) * stage_desc, o)
+                s = qk(q_desc, k_desc + uint64(stage) * stage_desc, s)
+                wgmma_commit_group()
+                o = pv(p, v_desc + uint64(1 - stage) * stage_desc, o)
+                wgmma_commit_group()
+                wgmma_wait_group(1)  # S_j
+                p_next, m_lo, m_hi, l_lo, l_hi, alpha_lo, alpha_hi = softmax_tile(
+                    s, m_lo, m_hi, l_lo, l_hi, int32(keys_lo - jt * BN),
+                    int32(keys_hi - jt * BN), n0 + BN > mask_from, scale_log2)
+                wait_holding_p(0, p)  # P_j−1·V_j−1 has retired: P_j−1's registers are free
+                p = p_next
+                o = scale_o(alpha_lo, alpha_hi, o)
+            if n_tiles > 0:
+                tiles_landed()  # V of the last tile
+                wgmma_fence()
+                o = pv(p, v_desc + uint64((n_tiles - 1) % 2) * stage_desc, o)
                 wgmma_commit_group()
                 wgmma_wait_group(0)
-                s = scale_s(float32(0.0), float32(0.0), s)  # no use of S past this tile
-            cp_async_wait_group(0)
 
             inv_lo, lse_lo = row_sum_lse(l_lo, m_lo, scale_log2)
             inv_hi, lse_hi = row_sum_lse(l_hi, m_hi, scale_log2)
             o = scale_o(inv_lo, inv_hi, o)
+            cp_async_wait_group(0)
             cuda.syncthreads()  # every warp is done with the tiles: stage O over them
             cs = cuda.shared.array(0, float32)
             stage_o(shared_addr(cs, r_lo * CS + 2 * t), shared_addr(cs, (r_lo + 8) * CS + 2 * t),
