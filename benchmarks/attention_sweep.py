@@ -5,7 +5,7 @@ float32) and timed beside FlashAttention-2 (torch SDPA flash backend) in the sam
     python benchmarks/attention_sweep.py [--json out.json]
 
 A candidate is ("mma", BN keys per tile, warps, m16 tiles per warp) for the mma.sync
-block or ("wgmma", BN) for the Hopper block. Results go to docs/perf-log-attention.md.
+block or ("wgmma", BN, stages of K and V) for the Hopper block. Results go to docs/perf-log-attention.md.
 """
 
 import argparse
@@ -18,8 +18,8 @@ from kaionb.kernels import attention as at
 from attention_table import SHAPES, bench_ms, sdpa
 
 CANDIDATES = {
-    128: [("mma", 64, 4, 1), ("wgmma", 64), ("wgmma", 128)],
-    64: [("mma", 128, 4, 1), ("wgmma", 64), ("wgmma", 128)],
+    128: [("mma", 64, 4, 1), ("wgmma", 64, 2), ("wgmma", 64, 3), ("wgmma", 128, 2)],
+    64: [("mma", 128, 4, 1), ("wgmma", 64, 3), ("wgmma", 128, 2), ("wgmma", 128, 3)],
 }
 DECODE_CANDIDATES = [("mma", 64, 1, 1)]
 SWEPT = ["b4h16s4096d128", "b4h16s4096d128-causal", "b4h32s4096d64",
@@ -55,7 +55,7 @@ def main():
             key = (D,) + cand
             if key not in kernels:
                 blk = (at.attention_block("bf16", D, *cand[1:]) if cand[0] == "mma" else
-                       at.wgmma_attention_block("bf16", D, cand[1]))
+                       at.wgmma_attention_block("bf16", D, *cand[1:]))
                 kernels[key] = at.make_attention_kernel(
                     blk, "_attention_sweep_" + "_".join(map(str, key)))
             kdef = kernels[key]

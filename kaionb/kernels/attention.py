@@ -62,8 +62,9 @@ def keys_per_tile(DP: int, tile: str) -> int:
     return 64 if DP <= 128 else 32 if DP <= 192 else 16
 
 
-# Hopper (sm_90a) prefill: the wgmma block for these head dimensions, keys per tile.
-WGMMA_KEYS_PER_TILE = {64: 128, 128: 64, 256: 64}
+# Hopper (sm_90a) prefill: the wgmma block for these head dimensions, (keys per tile,
+# K/V stages).
+WGMMA_TILES = {64: (128, 2), 128: (64, 3), 256: (64, 2)}
 DECODE_MAX_ROWS = 16  # a GQA group's packed queries that fit the decode tile
 # Split the keys until the grid has this many blocks per SM (decode: one warp each).
 TARGET_BLOCKS_PER_SM = {"prefill": 2, "decode": 8}
@@ -114,8 +115,9 @@ _KERNELS = {(operand, DP, tile): make_attention_kernel(
     f"_attention_fwd_kernel_{operand}_d{DP}_{tile}")
     for operand in ("f16", "bf16") for DP in HEAD_DIMS for tile in TILES}
 _WGMMA_KERNELS = {(operand, DP): make_attention_kernel(
-    wgmma_attention_block(operand, DP, BN), f"_attention_fwd_kernel_{operand}_d{DP}_wgmma")
-    for operand in ("f16", "bf16") for DP, BN in WGMMA_KEYS_PER_TILE.items()}
+    wgmma_attention_block(operand, DP, *WGMMA_TILES[DP]),
+    f"_attention_fwd_kernel_{operand}_d{DP}_wgmma")
+    for operand in ("f16", "bf16") for DP in WGMMA_TILES}
 
 
 @kernel(["void(float32[:, :, :, ::1], float32[:, :, ::1], float32[:, :, :, :], "

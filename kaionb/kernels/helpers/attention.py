@@ -71,12 +71,12 @@ NEG_INF = float32(-math.inf)
 
 class AttentionTiles:
     """Shared memory and the global ↔ shared traffic of one attention block: a Q tile of
-    BM rows and two stages each of K and V (BN rows), rows of DT elements in 128-byte
+    BM rows and STAGES stages each of K and V (BN rows), rows of DT elements in 128-byte
     panels (module doc), THREADS threads loading; the output staged as f32 rows of CS.
     Offsets are bytes from the dynamic shared memory's start (``base`` arguments shift
     them: the wgmma block aligns its tiles to 1024 bytes)."""
 
-    def __init__(self, DP: int, BN: int, BM: int, THREADS: int):
+    def __init__(self, DP: int, BN: int, BM: int, THREADS: int, STAGES: int = 2):
         DT = -(-DP // 64) * 64  # stored row: whole 128-byte panels
         Q_BYTES, KV_BYTES = BM * DT * 2, BN * DT * 2
         CS = DP + 8  # row stride (f32) of the staged output: conflict-free 8-byte stores
@@ -203,8 +203,8 @@ class AttentionTiles:
 
         self.DT, self.CS = DT, CS
         self.Q_BYTES, self.KV_BYTES = Q_BYTES, KV_BYTES
-        self.K_BASE, self.V_BASE = Q_BYTES, Q_BYTES + 2 * KV_BYTES  # two stages each
-        self.SHARED_BYTES = max(Q_BYTES + 4 * KV_BYTES, (BM * CS + BM) * 4)
+        self.K_BASE, self.V_BASE = Q_BYTES, Q_BYTES + STAGES * KV_BYTES
+        self.SHARED_BYTES = max(Q_BYTES + 2 * STAGES * KV_BYTES, (BM * CS + BM) * 4)
         self.load_kv_tile, self.load_q_tile = load_kv_tile, load_q_tile
         self.key_range, self.row_limit, self.store_rows = key_range, row_limit, store_rows
 

@@ -92,19 +92,24 @@ def _then(first, rest):
 
 class WgmmaAttentionBlock:
     """The Hopper variant: ``operand`` "f16"/"bf16", ``DP`` ∈ {64, 128, 256} (the P·V
-    wgmma's N), ``BN`` ∈ {64, 128, 256} keys per tile (the Q·Kᵀ wgmma's N). ``block`` has
-    the signature of :class:`.attention.AttentionBlock`'s."""
+    wgmma's N), ``BN`` ∈ {64, 128, 256} keys per tile (the Q·Kᵀ wgmma's N), STAGES ≥ 2
+    buffers each of K and V (the loads run STAGES − 1 tiles ahead). ``block`` has the
+    signature of :class:`.attention.AttentionBlock`'s."""
 
-    def __init__(self, operand: str, DP: int, BN: int):
+    def __init__(self, operand: str, DP: int, BN: int, STAGES: int = 2):
         if (operand, DP) not in WGMMA_RS or (operand, BN) not in WGMMA_SS:
             raise ValueError(f"wgmma attention block: DP and BN must be 64, 128 or 256 and "
                              f"the operand f16 or bf16, got {operand}, DP {DP}, BN {BN}")
         kind = operand
-        tiles = AttentionTiles(DP, BN, BM, THREADS)
+        if STAGES < 2:
+            raise ValueError(f"wgmma attention block: STAGES must be at least 2, got {STAGES}")
+        tiles = AttentionTiles(DP, BN, BM, THREADS, STAGES)
+        PENDING = STAGES - 2  # load groups left in flight when a tile is consumed
+        AHEAD = STAGES - 1  # load groups behind Q and K_0 at the first tile
         KV_BYTES, CS, K_BASE, V_BASE = tiles.KV_BYTES, tiles.CS, tiles.K_BASE, tiles.V_BASE
         # Tiles from the first 1024-byte boundary of the dynamic shared memory (the staged
         # output and its lse are read from offset 0 by tiles.store_rows).
-        SHARED_BYTES = max(tiles.Q_BYTES + 4 * KV_BYTES + ATOM, (BM * CS + BM) * 4)
+        SHARED_BYTES = tiles.SHARED_BYTES + ATOM
         load_kv_tile, load_q_tile = tiles.load_kv_tile, tiles.load_q_tile
         key_range, row_limit, store_rows = tiles.key_range, tiles.row_limit, tiles.store_rows
         KS = DP // 16  # k-steps of Q·Kᵀ
@@ -148,11 +153,24 @@ class WgmmaAttentionBlock:
 
         @device_function
         def tiles_landed():
-            """Every load issued so far has landed and is visible to wgmma (the async
-            proxy) in every thread's view, after the barrier."""
-            cp_async_wait_group(0)
+            """The loads issued before the last PENDING groups have landed and are visible
+            to wgmma (the async proxy) in every thread's view, after the barrier."""
+            cp_async_wait_group(PENDING)
             fence_proxy_async_shared()
             cuda.syncthreads()
+
+        @device_function
+        def load_group(smem, k_base, v_base, k, v, b, hkv, i, n_begin, n_tiles, n_stop, D,
+                       tid):
+            """Load group i: K of tile i + 1 and V of tile i (those that exist), one
+            commit group whether or not (the wait counts stay exact)."""
+            if i + 1 < n_tiles:
+                load_kv_tile(smem, k_base + ((i + 1) % STAGES) * KV_BYTES, k, b, hkv,
+                             n_begin + (i + 1) * BN, n_stop, D, tid)
+            if i < n_tiles:
+                load_kv_tile(smem, v_base + (i % STAGES) * KV_BYTES, v, b, hkv,
+                             n_begin + i * BN, n_stop, D, tid)
+            cp_async_commit_group()
 
         @device_function
         def softmax_tile(s, m_lo, m_hi, l_lo, l_hi, keys_lo, keys_hi, masked, scale_log2):
@@ -199,50 +217,51 @@ class WgmmaAttentionBlock:
             l_hi = float32(0.0)
             load_q_tile(smem, pad, q, b, hg, m0, rows_total, Sq, P, D, tid)
             if n_tiles > 0:
-                # Tile 0: S_0, then its softmax while K_1 and V_0 stream in.
                 load_kv_tile(smem, k_base, k, b, hkv, n_begin, n_stop, D, tid)
-                cp_async_commit_group()
-                tiles_landed()
+            cp_async_commit_group()
+            # Load groups 0 … STAGES−2 (K_i+1, V_i) in flight behind Q and K_0.
+            for i in range(AHEAD):
+                load_group(smem, k_base, v_base, k, v, b, hkv, i, n_begin, n_tiles, n_stop,
+                           D, tid)
+            if n_tiles > 0:
+                # Tile 0: S_0 and its softmax.
+                cp_async_wait_group(AHEAD)  # Q and K_0
+                fence_proxy_async_shared()
+                cuda.syncthreads()
                 wgmma_fence()
                 s = qk(q_desc, k_desc, s)
                 wgmma_commit_group()
-                if n_tiles > 1:
-                    load_kv_tile(smem, k_base + KV_BYTES, k, b, hkv, n_begin + BN, n_stop, D,
-                                 tid)
-                load_kv_tile(smem, v_base, v, b, hkv, n_begin, n_stop, D, tid)
-                cp_async_commit_group()
                 wgmma_wait_group(0)
                 p, m_lo, m_hi, l_lo, l_hi, alpha_lo, alpha_hi = softmax_tile(
                     s, m_lo, m_hi, l_lo, l_hi, keys_lo, keys_hi, BN > mask_from - n_begin,
                     scale_log2)
             # Tile j (FlashAttention-3's intra-warpgroup overlap): S_j = Q·K_jᵀ and
             # O += P_j−1·V_j−1 issued together; S_j's softmax runs while the P·V wgmma
-            # does; O is rescaled once that has retired. K_j+1 and V_j stream in meanwhile.
+            # does; O is rescaled once that has retired. Load group j + STAGES − 2 streams
+            # in meanwhile.
             for jt in range(1, n_tiles):
                 n0 = n_begin + jt * BN
-                stage = int32(jt % 2)
-                tiles_landed()  # K_j and V_j−1; every warp is past tile j−1's wgmmas
-                if jt + 1 < n_tiles:
-                    load_kv_tile(smem, k_base + (1 - stage) * KV_BYTES, k, b, hkv, n0 + BN,
-                                 n_stop, D, tid)
-                load_kv_tile(smem, v_base + stage * KV_BYTES, v, b, hkv, n0, n_stop, D, tid)
-                cp_async_commit_group()
+                tiles_landed()  # group j − 1: K_j, V_j−1; every warp is past tile j − 1
+                load_group(smem, k_base, v_base, k, v, b, hkv, jt + STAGES - 2, n_begin,
+                           n_tiles, n_stop, D, tid)
                 wgmma_fence()
-                s = qk(q_desc, k_desc + uint64(stage) * stage_desc, s)
+                s = qk(q_desc, k_desc + uint64(jt % STAGES) * stage_desc, s)
                 wgmma_commit_group()
-                o = pv(p, v_desc + uint64(1 - stage) * stage_desc, o)
+                o = pv(p, v_desc + uint64((jt - 1) % STAGES) * stage_desc, o)
                 wgmma_commit_group()
                 wgmma_wait_group(1)  # S_j
                 p_next, m_lo, m_hi, l_lo, l_hi, alpha_lo, alpha_hi = softmax_tile(
                     s, m_lo, m_hi, l_lo, l_hi, int32(keys_lo - jt * BN),
                     int32(keys_hi - jt * BN), n0 + BN > mask_from, scale_log2)
                 wait_holding_p(0, p)  # P_j−1·V_j−1 has retired: P_j−1's registers are free
-                p = p_next
                 o = scale_o(alpha_lo, alpha_hi, o)
+                p = p_next
             if n_tiles > 0:
-                tiles_landed()  # V of the last tile
+                cp_async_wait_group(0)  # V of the last tile
+                fence_proxy_async_shared()
+                cuda.syncthreads()
                 wgmma_fence()
-                o = pv(p, v_desc + uint64((n_tiles - 1) % 2) * stage_desc, o)
+                o = pv(p, v_desc + uint64((n_tiles - 1) % STAGES) * stage_desc, o)
                 wgmma_commit_group()
                 wgmma_wait_group(0)
 
@@ -261,14 +280,15 @@ class WgmmaAttentionBlock:
             store_rows(out32, out16, lse, kind_out, zo, hg, P, Sq, m0, rows_total, D, tid)
 
         self.operand = operand
-        self.DP, self.BN, self.BM, self.THREADS = DP, BN, BM, THREADS
+        self.DP, self.BN, self.BM, self.THREADS, self.STAGES = DP, BN, BM, THREADS, STAGES
         self.SHARED_BYTES = SHARED_BYTES
         self.block = block
 
 
-def wgmma_attention_block(operand: str, DP: int, BN: int) -> WgmmaAttentionBlock:
+def wgmma_attention_block(operand: str, DP: int, BN: int, STAGES: int = 2
+                          ) -> WgmmaAttentionBlock:
     """The Hopper FlashAttention forward block for one variant."""
-    return WgmmaAttentionBlock(operand, DP, BN)
+    return WgmmaAttentionBlock(operand, DP, BN, STAGES)
 
 
 __all__ = ["WgmmaAttentionBlock", "wgmma_attention_block"]
