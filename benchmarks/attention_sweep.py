@@ -5,7 +5,7 @@ float32) and timed beside FlashAttention-2 (torch SDPA flash backend) in the sam
     python benchmarks/attention_sweep.py [--json out.json]
 
 A candidate is ("mma", BN keys per tile, warps, m16 tiles per warp) for the mma.sync
-block or ("wgmma", BN, stages of K and V) for the Hopper block. Results go to docs/perf-log-attention.md.
+block or ("wgmma", BN, stages of K and V, consumer warpgroups) for the Hopper block. Results go to docs/perf-log-attention.md.
 """
 
 import argparse
@@ -18,8 +18,8 @@ from kaionb.kernels import attention as at
 from attention_table import SHAPES, bench_ms, sdpa
 
 CANDIDATES = {
-    128: [("mma", 64, 4, 1), ("wgmma", 64, 2), ("wgmma", 64, 3), ("wgmma", 128, 2)],
-    64: [("mma", 128, 4, 1), ("wgmma", 64, 3), ("wgmma", 128, 2), ("wgmma", 128, 3)],
+    128: [("wgmma", 64, 2, 1), ("wgmma", 64, 2, 2), ("wgmma", 128, 2, 2)],
+    64: [("wgmma", 128, 2, 1), ("wgmma", 128, 2, 2), ("wgmma", 64, 2, 2)],
 }
 DECODE_CANDIDATES = [("mma", 64, 1, 1)]
 SWEPT = ["b4h16s4096d128", "b4h16s4096d128-causal", "b4h32s4096d64",

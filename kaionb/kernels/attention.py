@@ -64,7 +64,7 @@ def keys_per_tile(DP: int, tile: str) -> int:
 
 # Hopper (sm_90a) prefill: the wgmma block for these head dimensions, (keys per tile,
 # K/V stages).
-WGMMA_TILES = {64: (128, 2), 128: (64, 3), 256: (64, 2)}
+WGMMA_TILES = {64: (128, 2), 128: (64, 2), 256: (64, 2)}
 DECODE_MAX_ROWS = 16  # a GQA group's packed queries that fit the decode tile
 # Split the keys until the grid has this many blocks per SM (decode: one warp each).
 TARGET_BLOCKS_PER_SM = {"prefill": 2, "decode": 8}

@@ -74,9 +74,12 @@ class AttentionTiles:
     BM rows and STAGES stages each of K and V (BN rows), rows of DT elements in 128-byte
     panels (module doc), THREADS threads loading; the output staged as f32 rows of CS.
     Offsets are bytes from the dynamic shared memory's start (``base`` arguments shift
-    them: the wgmma block aligns its tiles to 1024 bytes)."""
+    them: the wgmma block aligns its tiles to 1024 bytes). ``UNROLL_FULL``: whole tiles
+    load through a straight-line copy (one 64-bit add a chunk) where the geometry allows.
+    """
 
-    def __init__(self, DP: int, BN: int, BM: int, THREADS: int, STAGES: int = 2):
+    def __init__(self, DP: int, BN: int, BM: int, THREADS: int, STAGES: int = 2,
+                 UNROLL_FULL: bool = False):
         DT = -(-DP // 64) * 64  # stored row: whole 128-byte panels
         Q_BYTES, KV_BYTES = BM * DT * 2, BN * DT * 2
         CS = DP + 8  # row stride (f32) of the staged output: conflict-free 8-byte stores
@@ -87,6 +90,11 @@ class AttentionTiles:
         LCPR = DT // 8
         FIXED_COLUMN = THREADS % LCPR == 0
         RSTEP = THREADS // LCPR if FIXED_COLUMN else 0
+        # The straight-line copy of a whole tile: a thread's chunks RSTEP rows apart are
+        # whole swizzle periods apart in shared memory (RSTEP ≥ 8) and its column exists
+        # in every row. Unrolled in the mma.sync block it spilled (its registers hold O, S
+        # and Q's fragments), so the blocks choose.
+        FULL_CHUNKS = BN // RSTEP if UNROLL_FULL and FIXED_COLUMN and RSTEP % 8 == 0 else 0
 
         @device_function
         def chunk_offset(r, c, ROWS):
@@ -112,6 +120,13 @@ class AttentionTiles:
                 r = int32(tid // LCPR)
                 addr = base + uint64(int64(r) * row_bytes + c * 16)
                 step = uint64(int64(RSTEP) * row_bytes)
+                if FULL_CHUNKS and rows >= BN and col_bytes != 0:
+                    x = int32(r * LINE + cc)
+                    s_first = s_stage + uint32(x ^ ((x >> 3) & 0x70))
+                    for i in range(FULL_CHUNKS):
+                        cp_async_cg_16(s_first + uint32(i * RSTEP * LINE), addr, 16)
+                        addr += step
+                    return
                 while r < BN:
                     nbytes = col_bytes if r < rows else int32(0)
                     x = int32(r * LINE + cc)

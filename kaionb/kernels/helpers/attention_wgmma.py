@@ -2,7 +2,7 @@
 :mod:`.attention` with each GEMM issued by a whole warpgroup (FlashAttention-3, Shah et
 al. 2024, https://arxiv.org/abs/2407.08608, without its warp specialization).
 
-One warpgroup (4 warps, 64 query rows) per block, on :class:`.attention.AttentionTiles`
+CONSUMERS warpgroups (4 warps, 64 query rows each) per block, sharing each K/V tile, on :class:`.attention.AttentionTiles`
 (cp.async into 128-byte-swizzled panels — the layout wgmma's 128-byte-swizzle descriptors
 read — with the tiles 1024-byte aligned). Per key tile:
 
@@ -56,11 +56,11 @@ from kaionb.ptx_patches import (
 )
 
 from .attention import NEG_INF, AttentionTiles, online_max, row_sum_lse
+from .reduce import FULL_MASK
 from .mma_pipeline import LINE
 
 ATOM = 1024  # a 128-byte swizzle atom: 8 rows of 128 bytes; tiles start on one
-BM = 64  # one warpgroup's rows
-THREADS = 128
+WG_ROWS = 64  # one warpgroup's rows
 # wgmma with both operands in shared memory (S = Q·Kᵀ), and with A in registers (P·V).
 WGMMA_SS = {("f16", 64): wgmma_m64n64k16_f32_f16, ("f16", 128): wgmma_m64n128k16_f32_f16,
             ("f16", 256): wgmma_m64n256k16_f32_f16, ("bf16", 64): wgmma_m64n64k16_f32_bf16,
@@ -93,17 +93,18 @@ def _then(first, rest):
 class WgmmaAttentionBlock:
     """The Hopper variant: ``operand`` "f16"/"bf16", ``DP`` ∈ {64, 128, 256} (the P·V
     wgmma's N), ``BN`` ∈ {64, 128, 256} keys per tile (the Q·Kᵀ wgmma's N), STAGES ≥ 2
-    buffers each of K and V (the loads run STAGES − 1 tiles ahead). ``block`` has the
-    signature of :class:`.attention.AttentionBlock`'s."""
+    buffers each of K and V (the loads run STAGES − 1 tiles ahead), CONSUMERS warpgroups
+    of 64 rows. ``block`` has the signature of :class:`.attention.AttentionBlock`'s."""
 
-    def __init__(self, operand: str, DP: int, BN: int, STAGES: int = 2):
+    def __init__(self, operand: str, DP: int, BN: int, STAGES: int = 2, CONSUMERS: int = 1):
         if (operand, DP) not in WGMMA_RS or (operand, BN) not in WGMMA_SS:
             raise ValueError(f"wgmma attention block: DP and BN must be 64, 128 or 256 and "
                              f"the operand f16 or bf16, got {operand}, DP {DP}, BN {BN}")
         kind = operand
         if STAGES < 2:
             raise ValueError(f"wgmma attention block: STAGES must be at least 2, got {STAGES}")
-        tiles = AttentionTiles(DP, BN, BM, THREADS, STAGES)
+        BM, THREADS = WG_ROWS * CONSUMERS, 128 * CONSUMERS
+        tiles = AttentionTiles(DP, BN, BM, THREADS, STAGES, UNROLL_FULL=True)
         PENDING = STAGES - 2  # load groups left in flight when a tile is consumed
         AHEAD = STAGES - 1  # load groups behind Q and K_0 at the first tile
         KV_BYTES, CS, K_BASE, V_BASE = tiles.KV_BYTES, tiles.CS, tiles.K_BASE, tiles.V_BASE
@@ -204,7 +205,9 @@ class WgmmaAttentionBlock:
             pad = int32((ATOM - smem0 % ATOM) % ATOM)
             k_base = pad + K_BASE
             v_base = pad + V_BASE
-            q_desc = make_smem_desc(smem0 + uint32(pad), 16, ATOM, 128)
+            # This warpgroup's 64 rows of Q: whole swizzle atoms into each panel.
+            q_desc = make_smem_desc(smem0 + uint32(pad + (warp // 4) * (WG_ROWS * LINE)), 16,
+                                    ATOM, 128)
             k_desc = make_smem_desc(smem0 + uint32(k_base), 16, ATOM, 128)
             v_desc = make_smem_desc(smem0 + uint32(v_base), BN * LINE, ATOM, 128)
             stage_desc = uint64(KV_BYTES >> 4)
@@ -254,7 +257,9 @@ class WgmmaAttentionBlock:
                     s, m_lo, m_hi, l_lo, l_hi, int32(keys_lo - jt * BN),
                     int32(keys_hi - jt * BN), n0 + BN > mask_from, scale_log2)
                 wait_holding_p(0, p)  # P_j−1·V_j−1 has retired: P_j−1's registers are free
-                o = scale_o(alpha_lo, alpha_hi, o)
+                # Once the row maxima settle, α = 1 in every row: skip the DP/2 multiplies.
+                if cuda.any_sync(FULL_MASK, alpha_lo != float32(1.0) or alpha_hi != float32(1.0)):
+                    o = scale_o(alpha_lo, alpha_hi, o)
                 p = p_next
             if n_tiles > 0:
                 cp_async_wait_group(0)  # V of the last tile
@@ -280,15 +285,16 @@ class WgmmaAttentionBlock:
             store_rows(out32, out16, lse, kind_out, zo, hg, P, Sq, m0, rows_total, D, tid)
 
         self.operand = operand
-        self.DP, self.BN, self.BM, self.THREADS, self.STAGES = DP, BN, BM, THREADS, STAGES
+        self.DP, self.BN, self.STAGES, self.CONSUMERS = DP, BN, STAGES, CONSUMERS
+        self.BM, self.THREADS = BM, THREADS
         self.SHARED_BYTES = SHARED_BYTES
         self.block = block
 
 
-def wgmma_attention_block(operand: str, DP: int, BN: int, STAGES: int = 2
-                          ) -> WgmmaAttentionBlock:
+def wgmma_attention_block(operand: str, DP: int, BN: int, STAGES: int = 2,
+                          CONSUMERS: int = 1) -> WgmmaAttentionBlock:
     """The Hopper FlashAttention forward block for one variant."""
-    return WgmmaAttentionBlock(operand, DP, BN, STAGES)
+    return WgmmaAttentionBlock(operand, DP, BN, STAGES, CONSUMERS)
 
 
 __all__ = ["WgmmaAttentionBlock", "wgmma_attention_block"]
