@@ -4,7 +4,7 @@ float32) and timed beside FlashAttention-2 (torch SDPA flash backend) in the sam
 
     python benchmarks/attention_sweep.py [--json out.json]
 
-A candidate is ("mma", BN keys per tile, warps, m16 tiles per warp) for the mma.sync
+A candidate is ("mma", BN keys per tile, warps) for the mma.sync
 block or ("wgmma", BN, stages of K and V, consumer warpgroups) for the Hopper block. Results go to docs/perf-log-attention.md.
 """
 
@@ -21,7 +21,7 @@ CANDIDATES = {
     128: [("wgmma", 64, 2, 1), ("wgmma", 128, 2, 2), ("wgmma", 128, 3, 2)],
     64: [("wgmma", 128, 2, 1), ("wgmma", 128, 3, 2)],
 }
-DECODE_CANDIDATES = [("mma", 64, 1, 1)]
+DECODE_CANDIDATES = [("mma", 64, 1)]
 SWEPT = ["b4h16s4096d128", "b4h16s4096d128-causal", "b4h32s4096d64", "b16h16s1024d128",
          "gqa32/8-s4096d128-causal"]
 

@@ -46,8 +46,8 @@ from .op import ANY_LAYOUT, Plan, fast_path, output, run
 # Head dimensions compiled (D is rounded up to one of these).
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 MAX_HEAD_DIM = HEAD_DIMS[-1]
-# Tiles: (warps, m16 tiles per warp) per block.
-TILES = {"prefill": (4, 1), "decode": (1, 1)}
+# Tiles: warps (of 16 query rows) per block.
+TILES = {"prefill": 4, "decode": 1}
 
 
 def keys_per_tile(DP: int, tile: str) -> int:
@@ -63,8 +63,10 @@ def keys_per_tile(DP: int, tile: str) -> int:
 
 
 # Hopper (sm_90a) prefill: the wgmma block for these head dimensions, (keys per tile,
-# K/V stages).
-WGMMA_TILES = {64: (128, 2), 128: (64, 2), 256: (64, 2)}
+# K/V stages, consumer warpgroups), measured (docs/perf-log-attention.md #7): at D = 128
+# two warpgroups sharing 128-key tiles run 1.14× FA2 where one with 64-key tiles ran
+# 0.99×; at D = 64 one warpgroup (0.99×; two: 0.93×). D = 256 is not tuned.
+WGMMA_TILES = {64: (128, 2, 1), 128: (128, 2, 2), 256: (64, 2, 1)}
 DECODE_MAX_ROWS = 16  # a GQA group's packed queries that fit the decode tile
 # Split the keys until the grid has this many blocks per SM (decode: one warp each).
 TARGET_BLOCKS_PER_SM = {"prefill": 2, "decode": 8}
@@ -111,7 +113,7 @@ def make_attention_kernel(blk, name: str):
 
 
 _KERNELS = {(operand, DP, tile): make_attention_kernel(
-    attention_block(operand, DP, keys_per_tile(DP, tile), *TILES[tile]),
+    attention_block(operand, DP, keys_per_tile(DP, tile), TILES[tile]),
     f"_attention_fwd_kernel_{operand}_d{DP}_{tile}")
     for operand in ("f16", "bf16") for DP in HEAD_DIMS for tile in TILES}
 _WGMMA_KERNELS = {(operand, DP): make_attention_kernel(

@@ -2,7 +2,7 @@
 query rows against a range of keys, with the online softmax (FlashAttention-2, Dao 2023,
 https://arxiv.org/abs/2307.08691).
 
-For each key tile K_j, V_j (BN keys) a warp holding 16·MT query rows (MT m16 tiles) computes
+For each key tile K_j, V_j (BN keys) a warp holding 16 query rows computes
 
     S   = Q·K_jᵀ                              mma m16n8k16, Q from registers or shared
     m'  = max(m, rowmax S)                     quad shuffles (a row lives in 4 lanes)
@@ -251,9 +251,9 @@ class AttentionBlock:
     """Compile-time geometry and the device function of the mma.sync variant.
 
     ``operand``: "f16" or "bf16"; ``DP``: head dimension the tiles compute (a multiple of
-    16; D ≤ DP, the rest zero); ``BN``: keys per tile; ``WARPS`` warps of 16·MT rows
-    (MT = 1 or 2: two m16 tiles per warp share every K and V fragment, halving the
-    shared-memory reads per mma).
+    16; D ≤ DP, the rest zero); ``BN``: keys per tile; ``WARPS`` warps of 16 rows (two
+    m16 tiles per warp, as FlashAttention-2, spilled at D = 128 and gained less than
+    BN = 128 at D = 64: docs/perf-log-attention.md #2-#3).
 
     ``block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal, scale_log2,
     b, zo, hg, m0, n_begin, n_hi)``: rows m0… of head group ``hg`` (heads hg·P …, packed
@@ -263,17 +263,14 @@ class AttentionBlock:
     arrays with any strides (16-byte aligned rows), outputs too; G = Hq / Hkv.
     """
 
-    def __init__(self, operand: str, DP: int, BN: int, WARPS: int, MT: int = 1):
+    def __init__(self, operand: str, DP: int, BN: int, WARPS: int):
         if operand not in ("f16", "bf16"):
             raise ValueError(f"attention block: operand must be f16 or bf16, got {operand!r}")
-        if DP % 16 or not 16 <= DP <= 256 or BN % 16 or MT not in (1, 2):
-            raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16, "
-                             f"MT 1 or 2 (got {MT})")
+        if DP % 16 or not 16 <= DP <= 256 or BN % 16:
+            raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16")
         mma = OPERANDS[operand].mma
         KIND = 1 if operand == "f16" else 2  # helpers.epilogue's OUT_F16 / OUT_BF16
-        WROWS = 16 * MT  # rows per warp
-        LANE_ROWS = 2 * MT  # rows per lane: g and g + 8 of each m16 tile
-        BM = WROWS * WARPS
+        BM = 16 * WARPS
         THREADS = 32 * WARPS
         tiles = AttentionTiles(DP, BN, BM, THREADS)
         KV_BYTES, K_BASE, V_BASE, CS = tiles.KV_BYTES, tiles.K_BASE, tiles.V_BASE, tiles.CS
@@ -283,15 +280,14 @@ class AttentionBlock:
         NS = BN // 8  # n8 tiles of S
         KK = BN // 16  # k16 steps of P·V
         ND = DP // 8  # n8 tiles of O
-        # Q's fragments stay in registers (4·KS per m16 tile) up to DP = 128 with one m16
-        # tile per warp; otherwise they are read from shared memory at every k-step.
-        Q_IN_REGS = DP <= 128 and MT == 1
+        # Q's fragments stay in registers (4·KS) up to DP = 128; wider heads read them from
+        # shared memory at every k-step (the register file holds O).
+        Q_IN_REGS = DP <= 128
         QF_SIZE = KS if Q_IN_REGS else 1
 
-        def make_row(I, H):
-            """The per-row steps for row g + 8·H of the lane's m16 tile I (fixed at compile
+        def make_row(H):
+            """The per-row steps for row g + 8·H of the warp's m16 tile (H fixed at compile
             time, so every fragment index is a constant and stays in registers)."""
-            R = 2 * I + H  # the row's slot in m and ℓ
 
             @device_function
             def softmax_update(s, o, m, ell, lim, masked, n0, t, scale_log2):
@@ -301,40 +297,37 @@ class AttentionBlock:
                     for j in range(NS):
                         for e in range(2):
                             if 8 * j + e >= keys:
-                                s[I, j, 2 * H + e] = NEG_INF
-                mx = m[R]
+                                s[j, 2 * H + e] = NEG_INF
+                mx = m[H]
                 for j in range(NS):
-                    mx = max(mx, max(s[I, j, 2 * H], s[I, j, 2 * H + 1]))
-                mx, ms, alpha = online_max(m[R], mx, scale_log2)
-                m[R] = mx
+                    mx = max(mx, max(s[j, 2 * H], s[j, 2 * H + 1]))
+                mx, ms, alpha = online_max(m[H], mx, scale_log2)
+                m[H] = mx
                 rs = float32(0.0)
                 for j in range(NS):
                     for e in range(2):
-                        pe = ex2_approx_f32(s[I, j, 2 * H + e] * scale_log2 - ms)
-                        s[I, j, 2 * H + e] = pe
+                        pe = ex2_approx_f32(s[j, 2 * H + e] * scale_log2 - ms)
+                        s[j, 2 * H + e] = pe
                         rs += pe
-                ell[R] = ell[R] * alpha + rs
+                ell[H] = ell[H] * alpha + rs
                 for j in range(ND):
-                    o[I, j, 2 * H] *= alpha
-                    o[I, j, 2 * H + 1] *= alpha
+                    o[j, 2 * H] *= alpha
+                    o[j, 2 * H + 1] *= alpha
 
             @device_function
             def finish(o, m, ell, cs, r, t, scale_log2):
                 """O/ℓ of block row r into the staged tile ``cs``, its lse after the tile."""
-                inv, row_lse = row_sum_lse(ell[R], m[R], scale_log2)
+                inv, row_lse = row_sum_lse(ell[H], m[H], scale_log2)
                 for j in range(ND):
-                    cs[r * CS + 8 * j + 2 * t] = o[I, j, 2 * H] * inv
-                    cs[r * CS + 8 * j + 2 * t + 1] = o[I, j, 2 * H + 1] * inv
+                    cs[r * CS + 8 * j + 2 * t] = o[j, 2 * H] * inv
+                    cs[r * CS + 8 * j + 2 * t + 1] = o[j, 2 * H + 1] * inv
                 if t == 0:
                     cs[BM * CS + r] = row_lse
 
             return softmax_update, finish
 
-        softmax_0, finish_0 = make_row(0, 0)
-        softmax_1, finish_1 = make_row(0, 1)
-        # The second m16 tile's rows (MT = 2); with MT = 1 never called.
-        softmax_2, finish_2 = make_row(1, 0) if MT == 2 else (softmax_0, finish_0)
-        softmax_3, finish_3 = make_row(1, 1) if MT == 2 else (softmax_1, finish_1)
+        softmax_lo, finish_lo = make_row(0)
+        softmax_hi, finish_hi = make_row(1)
 
         @device_function
         def block(smem, q, k, v, out32, out16, lse, kind, Sq, Sk, D, G, P, causal,
@@ -346,12 +339,10 @@ class AttentionBlock:
             hkv = (hg * P) // G
             n_stop, mask_from, n_tiles = key_range(m0, rows_total, Sq, Sk, causal, n_begin,
                                                    n_hi)
-            # This lane's rows: g and g + 8 of each of the warp's m16 tiles.
-            r0 = warp * WROWS + g
-            lim0 = row_limit(m0 + r0, n_hi, causal, Sk, Sq)
-            lim1 = row_limit(m0 + r0 + 8, n_hi, causal, Sk, Sq)
-            lim2 = row_limit(m0 + r0 + 16, n_hi, causal, Sk, Sq)
-            lim3 = row_limit(m0 + r0 + 24, n_hi, causal, Sk, Sq)
+            # This lane's rows: g and g + 8 of the warp's m16 tile.
+            r_lo = warp * 16 + g
+            lim_lo = row_limit(m0 + r_lo, n_hi, causal, Sk, Sq)
+            lim_hi = row_limit(m0 + r_lo + 8, n_hi, causal, Sk, Sq)
 
             # Prologue: Q and K_0 in one group, V_0 in the next.
             load_q_tile(smem, 0, q, b, hg, m0, rows_total, Sq, P, D, tid)
@@ -364,33 +355,29 @@ class AttentionBlock:
 
             # Lane offsets at k-step 0 (module doc: panels of 128 bytes, XOR inside one).
             qr, qc = ldmatrix_x4_row_col(lane)
-            q_off = cuda.local.array(MT, int32)
-            for i in range(MT):
-                q_off[i] = swizzle_128b((warp * WROWS + 16 * i + qr) * LINE + qc * 2)
+            q_off = int32(swizzle_128b((warp * 16 + qr) * LINE + qc * 2))
             kn, kc = ldmatrix_x4_b_row_col(lane)
             k_off = int32(swizzle_128b(kn * LINE + kc * 2))
             v_off = int32(swizzle_128b(qr * LINE + qc * 2))  # the same lane pattern as Q's
 
-            o = cuda.local.array((MT, ND, 4), float32)
-            s = cuda.local.array((MT, NS, 4), float32)
+            o = cuda.local.array((ND, 4), float32)
+            s = cuda.local.array((NS, 4), float32)
             qf = cuda.local.array((QF_SIZE, 4), uint32)
-            af = cuda.local.array((MT, 4), uint32)
-            m = cuda.local.array(LANE_ROWS, float32)
-            ell = cuda.local.array(LANE_ROWS, float32)
-            for r in range(LANE_ROWS):
-                m[r] = NEG_INF
-                ell[r] = float32(0.0)
-            for i in range(MT):
-                for j in range(ND):
-                    for e in range(4):
-                        o[i, j, e] = float32(0.0)
+            m = cuda.local.array(2, float32)  # rows g, g + 8
+            ell = cuda.local.array(2, float32)
+            for h in range(2):
+                m[h] = NEG_INF
+                ell[h] = float32(0.0)
+            for j in range(ND):
+                for e in range(4):
+                    o[j, e] = float32(0.0)
 
             cp_async_wait_group(1)
             cuda.syncthreads()
             if Q_IN_REGS:
                 for ks in range(KS):
                     fa = ldmatrix_x4(shared_addr(
-                        smem, (ks // 4) * (BM * LINE) + (q_off[0] ^ ((ks % 4) * 32))))
+                        smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
                     for e in range(4):
                         qf[ks, e] = fa[e]
 
@@ -401,34 +388,27 @@ class AttentionBlock:
                     cp_async_wait_group(1)  # K_j has landed
                     cuda.syncthreads()
                 # S = Q·K_jᵀ
-                for i in range(MT):
-                    for j in range(NS):
-                        for e in range(4):
-                            s[i, j, e] = float32(0.0)
+                for j in range(NS):
+                    for e in range(4):
+                        s[j, e] = float32(0.0)
                 k_stage = K_BASE + stage * KV_BYTES
                 for ks in range(KS):
-                    for i in range(MT):
-                        if Q_IN_REGS:
-                            for e in range(4):
-                                af[i, e] = qf[ks, e]
-                        else:
-                            fa = ldmatrix_x4(shared_addr(
-                                smem, (ks // 4) * (BM * LINE) + (q_off[i] ^ ((ks % 4) * 32))))
-                            for e in range(4):
-                                af[i, e] = fa[e]
+                    if Q_IN_REGS:
+                        a = (qf[ks, 0], qf[ks, 1], qf[ks, 2], qf[ks, 3])
+                    else:
+                        a = ldmatrix_x4(shared_addr(
+                            smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
                     for p in range(NS // 2):
                         fb = ldmatrix_x4(shared_addr(
                             smem, k_stage + (ks // 4) * (BN * LINE)
                             + ((k_off + p * PANEL_ROW_STEP) ^ ((ks % 4) * 32))))
-                        for i in range(MT):
-                            a = (af[i, 0], af[i, 1], af[i, 2], af[i, 3])
-                            c0 = mma(a, (fb[0], fb[1]), (s[i, 2 * p, 0], s[i, 2 * p, 1],
-                                                         s[i, 2 * p, 2], s[i, 2 * p, 3]))
-                            c1 = mma(a, (fb[2], fb[3]), (s[i, 2 * p + 1, 0], s[i, 2 * p + 1, 1],
-                                                         s[i, 2 * p + 1, 2], s[i, 2 * p + 1, 3]))
-                            for e in range(4):
-                                s[i, 2 * p, e] = c0[e]
-                                s[i, 2 * p + 1, e] = c1[e]
+                        c0 = mma(a, (fb[0], fb[1]),
+                                 (s[2 * p, 0], s[2 * p, 1], s[2 * p, 2], s[2 * p, 3]))
+                        c1 = mma(a, (fb[2], fb[3]), (s[2 * p + 1, 0], s[2 * p + 1, 1],
+                                                     s[2 * p + 1, 2], s[2 * p + 1, 3]))
+                        for e in range(4):
+                            s[2 * p, e] = c0[e]
+                            s[2 * p + 1, e] = c1[e]
                 # K_j+1 streams in while this tile's softmax and P·V run.
                 if jt + 1 < n_tiles:
                     load_kv_tile(smem, K_BASE + (1 - stage) * KV_BYTES, k, b, hkv, n0 + BN,
@@ -436,11 +416,8 @@ class AttentionBlock:
                 cp_async_commit_group()
 
                 masked = n0 + BN > mask_from
-                softmax_0(s, o, m, ell, lim0, masked, n0, t, scale_log2)
-                softmax_1(s, o, m, ell, lim1, masked, n0, t, scale_log2)
-                if MT == 2:
-                    softmax_2(s, o, m, ell, lim2, masked, n0, t, scale_log2)
-                    softmax_3(s, o, m, ell, lim3, masked, n0, t, scale_log2)
+                softmax_lo(s, o, m, ell, lim_lo, masked, n0, t, scale_log2)
+                softmax_hi(s, o, m, ell, lim_hi, masked, n0, t, scale_log2)
 
                 cp_async_wait_group(1)  # V_j has landed
                 cuda.syncthreads()
@@ -451,45 +428,39 @@ class AttentionBlock:
                 # O += P·V_j: S's n8 tiles 2kk, 2kk+1 are the A fragment of k-step kk.
                 v_stage = V_BASE + stage * KV_BYTES
                 for kk in range(KK):
-                    for i in range(MT):
-                        af[i, 0] = pack_pair(KIND, s[i, 2 * kk, 0], s[i, 2 * kk, 1])
-                        af[i, 1] = pack_pair(KIND, s[i, 2 * kk, 2], s[i, 2 * kk, 3])
-                        af[i, 2] = pack_pair(KIND, s[i, 2 * kk + 1, 0], s[i, 2 * kk + 1, 1])
-                        af[i, 3] = pack_pair(KIND, s[i, 2 * kk + 1, 2], s[i, 2 * kk + 1, 3])
+                    a = (pack_pair(KIND, s[2 * kk, 0], s[2 * kk, 1]),
+                         pack_pair(KIND, s[2 * kk, 2], s[2 * kk, 3]),
+                         pack_pair(KIND, s[2 * kk + 1, 0], s[2 * kk + 1, 1]),
+                         pack_pair(KIND, s[2 * kk + 1, 2], s[2 * kk + 1, 3]))
                     for dp in range(KS):
                         fb = ldmatrix_x4_trans(shared_addr(
                             smem, v_stage + (dp // 4) * (BN * LINE)
                             + ((v_off + kk * PANEL_ROW_STEP) ^ ((dp % 4) * 32))))
-                        for i in range(MT):
-                            a = (af[i, 0], af[i, 1], af[i, 2], af[i, 3])
-                            c0 = mma(a, (fb[0], fb[1]), (o[i, 2 * dp, 0], o[i, 2 * dp, 1],
-                                                         o[i, 2 * dp, 2], o[i, 2 * dp, 3]))
-                            c1 = mma(a, (fb[2], fb[3]), (o[i, 2 * dp + 1, 0], o[i, 2 * dp + 1, 1],
-                                                         o[i, 2 * dp + 1, 2], o[i, 2 * dp + 1, 3]))
-                            for e in range(4):
-                                o[i, 2 * dp, e] = c0[e]
-                                o[i, 2 * dp + 1, e] = c1[e]
+                        c0 = mma(a, (fb[0], fb[1]),
+                                 (o[2 * dp, 0], o[2 * dp, 1], o[2 * dp, 2], o[2 * dp, 3]))
+                        c1 = mma(a, (fb[2], fb[3]), (o[2 * dp + 1, 0], o[2 * dp + 1, 1],
+                                                     o[2 * dp + 1, 2], o[2 * dp + 1, 3]))
+                        for e in range(4):
+                            o[2 * dp, e] = c0[e]
+                            o[2 * dp + 1, e] = c1[e]
             cp_async_wait_group(0)
             cuda.syncthreads()  # every warp is done with the tiles: stage O over them
 
             cs = cuda.shared.array(0, float32)
-            finish_0(o, m, ell, cs, r0, t, scale_log2)
-            finish_1(o, m, ell, cs, r0 + 8, t, scale_log2)
-            if MT == 2:
-                finish_2(o, m, ell, cs, r0 + 16, t, scale_log2)
-                finish_3(o, m, ell, cs, r0 + 24, t, scale_log2)
+            finish_lo(o, m, ell, cs, r_lo, t, scale_log2)
+            finish_hi(o, m, ell, cs, r_lo + 8, t, scale_log2)
             cuda.syncthreads()
             store_rows(out32, out16, lse, kind, zo, hg, P, Sq, m0, rows_total, D, tid)
 
         self.operand = operand
-        self.DP, self.BN, self.WARPS, self.MT = DP, BN, WARPS, MT
+        self.DP, self.BN, self.WARPS = DP, BN, WARPS
         self.BM, self.THREADS, self.SHARED_BYTES = BM, THREADS, tiles.SHARED_BYTES
         self.block = block
 
 
-def attention_block(operand: str, DP: int, BN: int, WARPS: int, MT: int = 1) -> AttentionBlock:
+def attention_block(operand: str, DP: int, BN: int, WARPS: int) -> AttentionBlock:
     """The FlashAttention forward block for one variant (see :class:`AttentionBlock`)."""
-    return AttentionBlock(operand, DP, BN, WARPS, MT)
+    return AttentionBlock(operand, DP, BN, WARPS)
 
 
 __all__ = ["LN2", "LOG2E", "NEG_INF", "AttentionBlock", "AttentionTiles", "attention_block",
