@@ -7,17 +7,19 @@ Shapes are the issue's: B4 H16 S4096 D128 (full and causal), B4 H32 S4096 D64,
 B16 H16 S1024 D128, GQA 32/8 S4096 D128 causal, and decode B16 Hq32 Hkv8 Sk8192 D128.
 FLOPs = 4·B·Hq·Sq·Sk·D, halved for causal (Sq = Sk); decode reports GB/s of K and V
 (2·B·Hkv·Sk·D·2 bytes). "mma.sync" is the mma.sync kernel forced where the dispatcher
-would pick wgmma (``attention_fwd(prefer_wgmma=False)``). Timing: CUDA events around batches of calls after a warm-up,
-median of 15 batches; inputs random normals. kaionb writes into a preallocated ``out``.
+would pick wgmma (``attention_fwd(prefer_wgmma=False)``). Timing: ``matmul_table.bench_ms``
+(CUDA events around batches of calls after a warm-up, median of 15 batches); inputs random
+normals. kaionb writes into a preallocated ``out``.
 """
 
 import argparse
 import json
-import statistics
 import sys
 
 import kaionb
 from kaionb.kernels.attention import attention_fwd
+
+from matmul_table import bench_ms
 
 SHAPES = {
     # name: (B, Hq, Hkv, Sq, Sk, D, causal)
@@ -28,28 +30,6 @@ SHAPES = {
     "gqa32/8-s4096d128-causal": (4, 32, 8, 4096, 4096, 128, True),
     "decode-b16hq32hkv8-sk8192d128": (16, 32, 8, 1, 8192, 128, False),
 }
-
-
-def bench_ms(torch, fn):
-    """Median ms per call: batches sized to ~20 ms, 15 batches after a warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    batch = int(min(200, max(1, 20.0 / max(start.elapsed_time(stop), 1e-3))))
-    samples = []
-    for _ in range(15):
-        start.record()
-        for _ in range(batch):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / batch)
-    return statistics.median(samples)
 
 
 def sdpa(torch, backend, q, k, v, causal):

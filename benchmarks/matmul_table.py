@@ -32,7 +32,7 @@ SHAPES = [(s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192)] + [
     (1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096)]
 
 
-def bench_ms(torch, fn, flops):
+def bench_ms(torch, fn):
     """Median ms per call: batches sized to ~20 ms, 15 batches after a warm-up."""
     for _ in range(3):
         fn()
@@ -85,10 +85,10 @@ def run(dtypes, shapes=SHAPES):
             flops = 2.0 * m * n * k
             torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
             precision = "tf32" if name == "tf32" else "highest"
-            t_cublas = bench_ms(torch, lambda: torch.matmul(a, b), flops)
-            t_kaionb = bench_ms(torch, lambda: mm.matmul(ka, kb, precision=precision), flops)
+            t_cublas = bench_ms(torch, lambda: torch.matmul(a, b))
+            t_kaionb = bench_ms(torch, lambda: mm.matmul(ka, kb, precision=precision))
             t_mma = bench_ms(torch, lambda: mm.matmul_fwd(
-                "bench", ka, kb, precision=precision, prefer_wgmma=False), flops)
+                "bench", ka, kb, precision=precision, prefer_wgmma=False))
             kernel = kernel_name(m, n, k, sms, name)
             t_launch = None
             if kernel.startswith("wgmma"):  # the kernel alone: no validation, no allocation
@@ -97,7 +97,7 @@ def run(dtypes, shapes=SHAPES):
                 sb, ldb, b_kmajor = mm._storage("bench", "b", kb, k_axis=0)  # row-major: views
                 launch = lambda: mh.launch(name, kernel.split()[1], sa, lda, a_kmajor, sb, ldb,
                                            b_kmajor, out, m, n, k, mm._OUT_KIND[out.dtype])
-                t_launch = bench_ms(torch, launch, flops)
+                t_launch = bench_ms(torch, launch)
             row = dict(dtype=name, m=m, n=n, k=k, kernel=kernel,
                        cublas_tflops=flops / t_cublas / 1e9,
                        kaionb_tflops=flops / t_kaionb / 1e9,

@@ -26,7 +26,7 @@ DECODE_MS = (1, 16, 32, 64)
 
 def bench_us(torch, fn):
     """Median µs per call (matmul_table's batches of back-to-back calls)."""
-    return bench_ms(torch, fn, None) * 1e3
+    return bench_ms(torch, fn) * 1e3
 
 
 def int8(torch, *shape):

@@ -25,7 +25,7 @@ GRAPH_CALLS = 20
 
 
 def bench_us(torch, fn):
-    return bench_ms(torch, fn, None) * 1e3
+    return bench_ms(torch, fn) * 1e3
 
 
 def graph_us(torch, fn):

@@ -189,6 +189,18 @@ class AttentionTiles:
             return n_hi
 
         @device_function
+        def block_plan(Sq, Sk, G, P, causal, hg, m0, n_begin, n_hi, r_lo):
+            """What every block works out first: (rows_total, its K/V head, n_stop,
+            mask_from, n_tiles — :func:`key_range`) and the key limits of the lane's rows
+            r_lo and r_lo + 8."""
+            rows_total = P * Sq
+            n_stop, mask_from, n_tiles = key_range(m0, rows_total, Sq, Sk, causal, n_begin,
+                                                   n_hi)
+            return (rows_total, (hg * P) // G, n_stop, mask_from, n_tiles,
+                    row_limit(m0 + r_lo, n_hi, causal, Sk, Sq),
+                    row_limit(m0 + r_lo + 8, n_hi, causal, Sk, Sq))
+
+        @device_function
         def store_rows(out32, out16, lse, kind, zo, hg, P, Sq, m0, rows_total, D, tid):
             """The staged tile (f32 rows of CS from shared offset 0, then BM row lse values)
             to the output, 8 columns (16 or 32 bytes) per store, and the lse."""
@@ -221,7 +233,7 @@ class AttentionTiles:
         self.K_BASE, self.V_BASE = Q_BYTES, Q_BYTES + STAGES * KV_BYTES
         self.SHARED_BYTES = max(Q_BYTES + 2 * STAGES * KV_BYTES, (BM * CS + BM) * 4)
         self.load_kv_tile, self.load_q_tile = load_kv_tile, load_q_tile
-        self.key_range, self.row_limit, self.store_rows = key_range, row_limit, store_rows
+        self.block_plan, self.store_rows = block_plan, store_rows
 
 
 @device_function
@@ -275,7 +287,7 @@ class AttentionBlock:
         tiles = AttentionTiles(DP, BN, BM, THREADS)
         KV_BYTES, K_BASE, V_BASE, CS = tiles.KV_BYTES, tiles.K_BASE, tiles.V_BASE, tiles.CS
         load_kv_tile, load_q_tile = tiles.load_kv_tile, tiles.load_q_tile
-        key_range, row_limit, store_rows = tiles.key_range, tiles.row_limit, tiles.store_rows
+        block_plan, store_rows = tiles.block_plan, tiles.store_rows
         KS = DP // 16  # k16 steps of Q·Kᵀ; n16 pairs of P·V's output
         NS = BN // 8  # n8 tiles of S
         KK = BN // 16  # k16 steps of P·V
@@ -335,14 +347,9 @@ class AttentionBlock:
             tid = int32(cuda.threadIdx.x)
             lane, warp = tid % 32, tid // 32
             g, t = lane // 4, lane % 4
-            rows_total = P * Sq
-            hkv = (hg * P) // G
-            n_stop, mask_from, n_tiles = key_range(m0, rows_total, Sq, Sk, causal, n_begin,
-                                                   n_hi)
-            # This lane's rows: g and g + 8 of the warp's m16 tile.
-            r_lo = warp * 16 + g
-            lim_lo = row_limit(m0 + r_lo, n_hi, causal, Sk, Sq)
-            lim_hi = row_limit(m0 + r_lo + 8, n_hi, causal, Sk, Sq)
+            r_lo = warp * 16 + g  # this lane's rows: g and g + 8 of the warp's m16 tile
+            rows_total, hkv, n_stop, mask_from, n_tiles, lim_lo, lim_hi = block_plan(
+                Sq, Sk, G, P, causal, hg, m0, n_begin, n_hi, r_lo)
 
             # Prologue: Q and K_0 in one group, V_0 in the next.
             load_q_tile(smem, 0, q, b, hg, m0, rows_total, Sq, P, D, tid)

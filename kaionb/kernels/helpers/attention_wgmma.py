@@ -112,7 +112,7 @@ class WgmmaAttentionBlock:
         # output and its lse are read from offset 0 by tiles.store_rows).
         SHARED_BYTES = tiles.SHARED_BYTES + ATOM
         load_kv_tile, load_q_tile = tiles.load_kv_tile, tiles.load_q_tile
-        key_range, row_limit, store_rows = tiles.key_range, tiles.row_limit, tiles.store_rows
+        block_plan, store_rows = tiles.block_plan, tiles.store_rows
         KS = DP // 16  # k-steps of Q·Kᵀ
         KK = BN // 16  # k-steps of P·V
         wgmma_s = WGMMA_SS[(operand, BN)]
@@ -192,14 +192,12 @@ class WgmmaAttentionBlock:
             tid = int32(cuda.threadIdx.x)
             lane, warp = tid % 32, tid // 32
             g, t = lane // 4, lane % 4
-            rows_total = P * Sq
-            hkv = (hg * P) // G
-            n_stop, mask_from, n_tiles = key_range(m0, rows_total, Sq, Sk, causal, n_begin,
-                                                   n_hi)
-            r_lo = warp * 16 + g
+            r_lo = warp * 16 + g  # this lane's rows: g and g + 8 of the warp's m16 tile
+            rows_total, hkv, n_stop, mask_from, n_tiles, lim_lo, lim_hi = block_plan(
+                Sq, Sk, G, P, causal, hg, m0, n_begin, n_hi, r_lo)
             # The mask's limits relative to column 2t of the tile at n_begin.
-            keys_lo = int32(row_limit(m0 + r_lo, n_hi, causal, Sk, Sq) - n_begin - 2 * t)
-            keys_hi = int32(row_limit(m0 + r_lo + 8, n_hi, causal, Sk, Sq) - n_begin - 2 * t)
+            keys_lo = int32(lim_lo - n_begin - 2 * t)
+            keys_hi = int32(lim_hi - n_begin - 2 * t)
 
             smem0 = shared_addr(smem, 0)
             pad = int32((ATOM - smem0 % ATOM) % ATOM)
