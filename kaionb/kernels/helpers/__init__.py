@@ -6,7 +6,10 @@
 - :mod:`.epilogue`   f32 accumulators (fragments or a staged shared tile) -> f16 / bf16 /
                      f32 stores
 - :mod:`.attention`  one block's FlashAttention forward (mma.sync): online softmax over
-                     K/V tiles streamed by cp.async, P reused from registers
+                     K/V tiles streamed by cp.async, P reused from registers; the tiles,
+                     loaders and staged store every attention block shares
+- :mod:`.attention_wgmma`  the same block on Hopper's wgmma (sm_90a), P as the register
+                     operand of P·V, softmax overlapped with P·V
 - :mod:`.gemm_block` one block's mma.sync GEMM tile: mainloop, split-K fold, stores
 - :mod:`.int8`       symmetric INT8 quantization arithmetic, per-row quantization by a block
 - :mod:`.int4`       the packed INT4 (GPTQ) weight layout, its conversion into mma fragments,
