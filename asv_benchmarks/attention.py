@@ -1,5 +1,5 @@
-"""asv: attention forward (``kaionb.attention``, the mma.sync FlashAttention kernel) against
-torch SDPA's FlashAttention-2 backend on the same bf16 inputs, at the shapes of
+"""asv: attention forward (``kaionb.attention``: wgmma on an H100, mma.sync elsewhere) against
+torch SDPA's FlashAttention-2 and cuDNN backends on the same bf16 inputs, at the shapes of
 ``benchmarks/attention_table.py``: prefill (full and causal, D = 64 and 128, GQA 32/8) and
 one decode step (Sq = 1 against an 8192-key cache, GQA 32/8). kaionb writes into a
 preallocated ``out``; GQA runs through ``enable_gqa`` (K/V not repeated)."""
@@ -35,7 +35,8 @@ class TimeAttention:
 
         B, Hq, Hkv, Sq, Sk, D, causal = self.SHAPES[shape]
         self.torch, self.kaionb = torch, kaionb
-        self.F, self.sdpa_kernel, self.backend = F, sdpa_kernel, SDPBackend.FLASH_ATTENTION
+        self.F, self.sdpa_kernel = F, sdpa_kernel
+        self.fa2_backend, self.cudnn_backend = SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION
         self.causal, self.gqa = causal, Hq != Hkv
         self.decode = Sq <= 16
         if self.decode:  # bytes of K and V read once
@@ -51,17 +52,24 @@ class TimeAttention:
         for _ in range(3):  # compile, load, warm up
             self._ours()
             self._fa2()
+            self._cudnn()
         torch.cuda.synchronize()
 
     def _ours(self):
         return self.kaionb.attention(self.kq, self.kk, self.kv, causal=self.causal,
                                      out=self.ko)
 
-    def _fa2(self):
-        with self.sdpa_kernel([self.backend]):
+    def _sdpa(self, backend):
+        with self.sdpa_kernel([backend]):
             return self.F.scaled_dot_product_attention(self.q, self.k, self.v,
                                                        is_causal=self.causal,
                                                        enable_gqa=self.gqa)
+
+    def _fa2(self):
+        return self._sdpa(self.fa2_backend)
+
+    def _cudnn(self):
+        return self._sdpa(self.cudnn_backend)
 
     def time_kaionb(self, shape):
         self._ours()
@@ -84,3 +92,9 @@ class TimeAttention:
         return batched_ms(self._fa2) / batched_ms(self._ours)
 
     track_ratio_to_flash_attention_2.unit = "ratio"
+
+    def track_ratio_to_cudnn(self, shape):
+        """torch SDPA's cuDNN backend time / ours: > 1 means kaionb is faster."""
+        return batched_ms(self._cudnn) / batched_ms(self._ours)
+
+    track_ratio_to_cudnn.unit = "ratio"
