@@ -5,7 +5,8 @@ float32) and timed beside FlashAttention-2 (torch SDPA flash backend) in the sam
     python benchmarks/attention_sweep.py [--json out.json]
 
 A candidate is ("mma", BN keys per tile, warps) for the mma.sync
-block or ("wgmma", BN, stages of K and V, consumer warpgroups) for the Hopper block. Results go to docs/perf-log-attention.md.
+block or ("wgmma", BN, stages of K and V, consumer warpgroups) for the Hopper block.
+Results go to docs/perf-log-attention.md.
 """
 
 import argparse

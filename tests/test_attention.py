@@ -37,7 +37,8 @@ BAD = [
     ("rank 1", dict(q=(64,), k=(64,)), {}, ValueError, "argument 'q' expected 2 to 4"),
     ("ranks differ", dict(k=(2, 40, 64)), {}, ValueError, "argument 'k' expected 4 dimensions"),
     ("k vs v", dict(v=(2, 2, 41, 64)), {}, ValueError, "argument 'v' expected the shape of 'k'"),
-    ("head dims", dict(k=(2, 2, 40, 72)), {}, ValueError, "argument 'k' expected head dimension 64"),
+    ("head dims", dict(k=(2, 2, 40, 72)), {}, ValueError,
+     "argument 'k' expected head dimension 64"),
     ("D not x8", dict(q=(2, 8, 33, 60), k=(2, 2, 40, 60)), {}, ValueError,
      "argument 'q' expected a head dimension (last axis) that is a multiple of 8 from 8 to "
      "256, got 60"),
@@ -45,7 +46,8 @@ BAD = [
      "argument 'q' expected a head dimension (last axis) that is a multiple of 8 from 8 to "
      "256, got 264"),
     ("batch", dict(k=(3, 2, 40, 64)), {}, ValueError, "argument 'k' expected batch 2"),
-    ("GQA", dict(k=(2, 3, 40, 64)), {}, ValueError, "argument 'k' expected a number of heads that divides q's 8 (GQA), got 3"),
+    ("GQA", dict(k=(2, 3, 40, 64)), {}, ValueError,
+     "argument 'k' expected a number of heads that divides q's 8 (GQA), got 3"),
     ("scale nan", {}, dict(scale=float("nan")), ValueError, "argument 'scale' expected a finite"),
     ("scale < 0", {}, dict(scale=-1.0), ValueError, "argument 'scale' expected a finite value > 0"),
     ("scale str", {}, dict(scale="1"), TypeError, "argument 'scale' expected a float"),
@@ -71,6 +73,16 @@ def test_strided_last_axis_refused():
     k = fake((2, 2, 40, 64), F16)
     with pytest.raises(ValueError, match="argument 'q' expected a contiguous last axis"):
         kaionb.attention(view, k, k)
+
+
+def test_misaligned_out_refused():
+    # Contiguous last axis, but rows 8 bytes off a 16-byte boundary: the kernels store
+    # 16 bytes at a time.
+    q, k, v = _qkv()
+    wide = fake((2, 8, 33, 72), F16)
+    out = wide._view((2, 8, 33, 64), wide.strides, offset_bytes=8)
+    with pytest.raises(ValueError, match="attention: argument 'out' expected 16-byte aligned"):
+        kaionb.attention(q, k, v, out=out)
 
 
 def test_none_refused():

@@ -8,11 +8,14 @@ K/V head h // (Hq / Hkv). Causal masks align bottom-right (FlashAttention-2's co
 query i sees keys j ≤ i + Sk − Sq, so the last query sees every key; with Sq > Sk the
 first Sq − Sk queries see none, and a row with no key is defined as O = 0, lse = −inf.
 
-Kernel: :mod:`.helpers.attention` (mma.sync m16n8k16, cp.async, online softmax), one
-block per (query tile, head or GQA group, batch × key split). The grid and tile:
+Kernels: :mod:`.helpers.attention` (mma.sync m16n8k16, cp.async, online softmax; every
+GPU) and, on an H100 for D ∈ {64, 128, 256} prefill, :mod:`.helpers.attention_wgmma`
+(wgmma, P from registers, softmax overlapped with P·V); one block per (query tile, head or
+GQA group, batch × key split). The grid and tile:
 
-- prefill: 4 warps × 16 rows (BM 64) per block, K/V tiles of 64 keys (32 for D > 128),
-  one block per head; the key range is split when the grid would not fill the GPU.
+- prefill: mma.sync 4 warps × 16 rows (BM 64) per block, K/V tiles of ``keys_per_tile``
+  keys; wgmma 1 or 2 warpgroups × 64 rows (``WGMMA_TILES``); one block per head; the key
+  range is split when the grid would not fill the GPU.
 - decode (the GQA group's queries fit one m16 tile: Hq/Hkv · Sq ≤ 16): one warp per block
   holding the whole group, so K/V are read once per KV head; the keys are split over
   enough blocks to fill the GPU (flash-decoding) and a second kernel merges the splits'
@@ -157,7 +160,8 @@ def _attention_combine_kernel(ws, ws_lse, out32, out16, lse, kind, splits, B, D)
             out32[b, h, i, d] = x0 * inv
             out32[b, h, i, d + 1] = x1 * inv
         else:
-            st_global_b32(global_addr(out16, (int64(b), int64(h), int64(i), int64(d))), pack_pair(kind, x0 * inv, x1 * inv))
+            st_global_b32(global_addr(out16, (int64(b), int64(h), int64(i), int64(d))),
+                          pack_pair(kind, x0 * inv, x1 * inv))
     if lane == 0:
         lse[b, h, i] = top + math.log(total) if total > float32(0.0) else neg_inf
 
@@ -171,7 +175,8 @@ def _as_4d(x: DeviceArray) -> DeviceArray:
 
 
 def _aligned(x: DeviceArray) -> bool:
-    """cp.async reads 16-byte chunks: base pointer and every row stride 16-byte aligned."""
+    """Base pointer and every row stride 16-byte aligned: cp.async reads and the output
+    stores move 16-byte chunks."""
     return x.ptr % 16 == 0 and all(s % 16 == 0 for d, s in zip(x.shape[:-1], x.strides[:-1])
                                    if d > 1)
 
@@ -247,9 +252,8 @@ def attention_fwd(q, k, v, causal=False, scale=None, return_lse=False, *, out=No
         fail(ValueError, op, "scale", "a finite value > 0", scale)
     out_dtype = q.dtype if dtype is None else np.dtype(dtype)
     out = output(op, out, q.shape, out_dtype, device=q.device_id)
-    if out.strides[-1] != out.itemsize or out.ptr % 4 or any(
-            s % 4 for d, s in zip(out.shape[:-1], out.strides[:-1]) if d > 1):
-        fail(ValueError, op, "out", "4-byte aligned rows with a contiguous last axis",
+    if not _aligned(out):  # the kernels store 16 bytes at a time (new outputs always are)
+        fail(ValueError, op, "out", "16-byte aligned data and row strides",
              f"pointer 0x{out.ptr:x}, strides {out.strides}")
     if return_lse:
         lse = output(op, None, q.shape[:-1], _F32, device=q.device_id, layout=ANY_LAYOUT)
