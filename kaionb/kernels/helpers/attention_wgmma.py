@@ -3,8 +3,9 @@
 al. 2024, https://arxiv.org/abs/2407.08608, without its warp specialization).
 
 CONSUMERS warpgroups (4 warps, 64 query rows each) per block, sharing each K/V tile, on
-:class:`.attention.AttentionTiles` (cp.async into 128-byte-swizzled panels — the layout wgmma's 128-byte-swizzle descriptors
-read — with the tiles 1024-byte aligned). Per key tile:
+:class:`.attention.AttentionTiles` (cp.async into 128-byte-swizzled panels — the layout
+wgmma's 128-byte-swizzle descriptors read — with the tiles 1024-byte aligned). Per key
+tile:
 
     S  = Q·K_jᵀ      wgmma m64n{BN}k16, Q and K from shared memory (both K-major)
     softmax on S in registers (ptx_patches.accumulator_softmax: the accumulator tuple is
