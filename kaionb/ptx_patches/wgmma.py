@@ -28,40 +28,60 @@ from numba.cuda.extending import intrinsic
 from ._factory import IMM, SM90A, device_function, ptx_instruction
 
 
-def _wgmma(n: int, ab: str):
-    """m64nN wgmma of one 32-byte k-step: k16 f32 += f16/bf16, or k32 s32 += s8."""
+def _wgmma(n: int, ab: str, a_in_registers: bool = False):
+    """m64nN wgmma of one 32-byte k-step: k16 f32 += f16/bf16, or k32 s32 += s8; A from
+    shared memory (a descriptor) or, ``a_in_registers`` (16-bit only), as each warp's 16
+    rows in the four 32-bit registers of an ``mma.sync`` m16n8k16 A fragment."""
     integer = ab == "s8"
     shape = f"m64n{n}k32.s32.s8.s8" if integer else f"m64n{n}k16.f32.{ab}.{ab}"
     ptx = f"wgmma.mma_async.sync.aligned.{shape}"
     count = n // 2
     acc = ", ".join(f"${i}" for i in range(count))
-    # $count, $count+1: descriptors; $count+2: scale-d (0 → D = A·B, else D += A·B);
-    # $count+3, $count+4: the transpose immediates of A and B (1: the tile is M/N-major).
-    # Integer wgmma has no transpose (both tiles K-major) and no negation immediates: the
-    # two trans operands are accepted and unused (one call shape for every operand type).
-    operands = "p" if integer else f"p, 1, 1, ${count + 3}, ${count + 4}"
-    template = (
-        f"{{ .reg .pred p; setp.ne.b32 p, ${count + 2}, 0;\n"
-        f" {ptx} {{{acc}}}, ${count}, ${count + 1}, {operands}; }}"
-    )
     element = types.int32 if integer else types.float32
     acc_type = types.UniTuple(element, count)
     name = f"wgmma_m64n{n}k32_s32_s8" if integer else f"wgmma_m64n{n}k16_f32_{ab}"
-    trans = ("trans 0 only: both tiles K-major; wrapping s32 accumulation" if integer else
-             "trans 0: the operand's tile is K-major in shared memory; 1: M-major (A) / "
-             "N-major (B)")
+    if a_in_registers:
+        # $count..$count+3: A; $count+4: B's descriptor; $count+5: scale-d; $count+6: the
+        # transpose immediate of B (a register A has none).
+        a_operand, b_operand, scale_d = (
+            f"{{${count}, ${count + 1}, ${count + 2}, ${count + 3}}}", f"${count + 4}",
+            count + 5)
+        operands = f"p, 1, 1, ${count + 6}"
+        inputs = (types.UniTuple(types.uint32, 4), types.uint64, types.uint32, IMM, acc_type)
+        name += "_rs"
+        doc = (f"``{ptx}`` with A from registers: (a: 4×u32, desc_b: u64, scale_d: u32, "
+               f"trans_b: const, acc: {count}×float32) -> acc. A is the lane's m16n8k16 A "
+               "fragment of its warp's 16 rows (FlashAttention's P); trans_b 1: B N-major.")
+    else:
+        # $count, $count+1: descriptors; $count+2: scale-d (0 → D = A·B, else D += A·B);
+        # $count+3, $count+4: the transpose immediates of A and B (1: the tile is
+        # M/N-major). Integer wgmma has no transpose (both tiles K-major) and no negation
+        # immediates: the two trans operands are accepted and unused (one call shape for
+        # every operand type).
+        a_operand, b_operand, scale_d = f"${count}", f"${count + 1}", count + 2
+        operands = "p" if integer else f"p, 1, 1, ${count + 3}, ${count + 4}"
+        inputs = (types.uint64, types.uint64, types.uint32, IMM, IMM, acc_type)
+        trans = ("trans 0 only: both tiles K-major; wrapping s32 accumulation" if integer
+                 else "trans 0: the operand's tile is K-major in shared memory; 1: M-major "
+                 "(A) / N-major (B)")
+        doc = (f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, trans_a: const, "
+               f"trans_b: const, acc: {count}×{element}) -> acc. {trans}. scale_d = 0 "
+               "ignores acc.")
+    template = (
+        f"{{ .reg .pred p; setp.ne.b32 p, ${scale_d}, 0;\n"
+        f" {ptx} {{{acc}}}, {a_operand}, {b_operand}, {operands}; }}"
+    )
     return ptx_instruction(
         name,
         template,
         outputs=acc_type,
-        inputs=(types.uint64, types.uint64, types.uint32, IMM, IMM, acc_type),
-        tied=5,
+        inputs=inputs,
+        tied=len(inputs) - 1,
         side_effect=True,
         memory=True,
         arch=SM90A,
         instruction=ptx,
-        doc=f"``{ptx}``: (desc_a: u64, desc_b: u64, scale_d: u32, trans_a: const, "
-        f"trans_b: const, acc: {count}×{element}) -> acc. {trans}. scale_d = 0 ignores acc.",
+        doc=doc,
     )
 
 
@@ -73,44 +93,12 @@ wgmma_m64n128k16_f32_bf16 = _wgmma(128, "bf16")
 wgmma_m64n256k16_f32_bf16 = _wgmma(256, "bf16")
 wgmma_m64n128k32_s32_s8 = _wgmma(128, "s8")
 wgmma_m64n256k32_s32_s8 = _wgmma(256, "s8")
-
-
-
-def _wgmma_rs(n: int, ab: str):
-    """m64nNk16 wgmma with A in registers (f32 += f16/bf16): each warp's 16 rows of A as
-    the four 32-bit registers of an ``mma.sync`` m16n8k16 A fragment."""
-    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
-    count = n // 2
-    acc = ", ".join(f"${i}" for i in range(count))
-    # $count..$count+3: A; $count+4: B's descriptor; $count+5: scale-d; $count+6: trans-b.
-    template = (
-        f"{{ .reg .pred p; setp.ne.b32 p, ${count + 5}, 0;\n"
-        f" {ptx} {{{acc}}}, {{${count}, ${count + 1}, ${count + 2}, ${count + 3}}}, "
-        f"${count + 4}, p, 1, 1, ${count + 6}; }}"
-    )
-    acc_type = types.UniTuple(types.float32, count)
-    return ptx_instruction(
-        f"wgmma_m64n{n}k16_f32_{ab}_rs",
-        template,
-        outputs=acc_type,
-        inputs=(types.UniTuple(types.uint32, 4), types.uint64, types.uint32, IMM, acc_type),
-        tied=4,
-        side_effect=True,
-        memory=True,
-        arch=SM90A,
-        instruction=ptx,
-        doc=f"``{ptx}`` with A from registers: (a: 4×u32, desc_b: u64, scale_d: u32, "
-        f"trans_b: const, acc: {count}×float32) -> acc. A is the lane's m16n8k16 A "
-        "fragment of its warp's 16 rows (FlashAttention's P); trans_b 1: B N-major.",
-    )
-
-
-wgmma_m64n64k16_f32_f16_rs = _wgmma_rs(64, "f16")
-wgmma_m64n128k16_f32_f16_rs = _wgmma_rs(128, "f16")
-wgmma_m64n256k16_f32_f16_rs = _wgmma_rs(256, "f16")
-wgmma_m64n64k16_f32_bf16_rs = _wgmma_rs(64, "bf16")
-wgmma_m64n128k16_f32_bf16_rs = _wgmma_rs(128, "bf16")
-wgmma_m64n256k16_f32_bf16_rs = _wgmma_rs(256, "bf16")
+wgmma_m64n64k16_f32_f16_rs = _wgmma(64, "f16", a_in_registers=True)
+wgmma_m64n128k16_f32_f16_rs = _wgmma(128, "f16", a_in_registers=True)
+wgmma_m64n256k16_f32_f16_rs = _wgmma(256, "f16", a_in_registers=True)
+wgmma_m64n64k16_f32_bf16_rs = _wgmma(64, "bf16", a_in_registers=True)
+wgmma_m64n128k16_f32_bf16_rs = _wgmma(128, "bf16", a_in_registers=True)
+wgmma_m64n256k16_f32_bf16_rs = _wgmma(256, "bf16", a_in_registers=True)
 
 wgmma_fence = ptx_instruction(
     "wgmma_fence",
