@@ -119,7 +119,15 @@ def gpu_tour() -> None:
 
 def ops_tour() -> None:
     """Every op family once: checked against its float64 NumPy reference, timed."""
-    from kaionb.kernels import activations, matmul, matmul_int4, norms, quantize, softmax
+    from kaionb.kernels import (
+        activations,
+        attention,
+        matmul,
+        matmul_int4,
+        norms,
+        quantize,
+        softmax,
+    )
     from kaionb.testing import relative_error
 
     rng = np.random.default_rng(1)
@@ -134,6 +142,9 @@ def ops_tour() -> None:
     w4 = kaionb.quantize_int4(rng.standard_normal((width, width)).astype(np.float16), 128)
     t_h = x_h[:16]
     t = kaionb.asarray(t_h)
+    q_h, k_h, v_h = (rng.standard_normal(shape).astype(kaionb.bfloat16)
+                     for shape in ((2, 16, 1000, 128), (2, 4, 1000, 128), (2, 4, 1000, 128)))
+    q, k, v = kaionb.asarray(q_h), kaionb.asarray(k_h), kaionb.asarray(v_h)
     cases = [
         ("rms_norm   [4096, 4096] f16", lambda: kaionb.rms_norm(x, w),
          lambda: norms.rms_norm_ref(x_h, w_h)),
@@ -151,6 +162,8 @@ def ops_tour() -> None:
          lambda: matmul.matmul_ref(a_h, b_h)),
         ("matmul_int4 16×4096×4096 (GPTQ g128)", lambda: kaionb.matmul_int4(t, w4),
          lambda: matmul_int4.matmul_int4_ref(t_h, w4)),
+        ("attention GQA 16/4 S1000 D128 causal", lambda: kaionb.attention(q, k, v, causal=True),
+         lambda: attention.attention_ref(q_h, k_h, v_h, causal=True)[0]),
     ]
     print(f"\n{'op':36s} {'rel. error':>10s} {'µs':>9s}")
     for name, run, ref in cases:
