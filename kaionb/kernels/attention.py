@@ -40,7 +40,7 @@ from .._device import compute_capability, multiprocessor_count
 from ..array import DeviceArray, _contiguous_strides, bfloat16, empty
 from ..ptx_patches import ex2_approx_f32, global_addr, st_global_b32
 from ..validation import as_array, check_contiguous, check_same_dtype, fail
-from .helpers.attention import LN2, LOG2E, attention_block
+from .helpers.attention import LOG2E, attention_block
 from .helpers.attention_wgmma import WgmmaAttentionBlock, wgmma_attention_block
 from .helpers.epilogue import OUT_BF16, OUT_F16, OUT_F32, pack_pair
 from .launch import kernel

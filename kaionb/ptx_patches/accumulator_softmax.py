@@ -133,7 +133,6 @@ def st_shared_accumulator_f32(n: int):
     """``(row_lo, row_hi, acc)``: the thread's values of an m64n{n} f32 accumulator to
     shared memory, row g at byte address ``row_lo`` (the thread's first column, 2·(lane%4)
     floats in) and row g + 8 at ``row_hi``, 8-byte stores 32 bytes apart."""
-    count = n // 2
     lines = []
     for j in range(n // 8):
         lines.append(f"st.shared.v2.f32 [$0+{32 * j}], {{${2 + 4 * j}, ${3 + 4 * j}}};")
