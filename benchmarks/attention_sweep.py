@@ -19,12 +19,12 @@ from kaionb.kernels import attention as at
 from attention_table import SHAPES, bench_ms, sdpa
 
 CANDIDATES = {
-    128: [("wgmma", 64, 2, 1), ("wgmma", 128, 2, 2), ("wgmma", 128, 3, 2)],
-    64: [("wgmma", 128, 2, 1), ("wgmma", 128, 3, 2)],
+    128: [("mma", 64, 4), ("wgmma", 128, 2, 2)],
+    64: [("mma", 128, 4), ("wgmma", 128, 2, 1)],
 }
 DECODE_CANDIDATES = [("mma", 64, 1)]
 SWEPT = ["b4h16s4096d128", "b4h16s4096d128-causal", "b4h32s4096d64", "b16h16s1024d128",
-         "gqa32/8-s4096d128-causal"]
+         "gqa32/8-s4096d128-causal", "decode-b16hq32hkv8-sk8192d128"]
 
 
 def main():
