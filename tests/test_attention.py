@@ -1,5 +1,6 @@
 """attention: bad input refused before launch (CPU, on metadata arrays); the float64
-reference checked against a loop (CPU); on a GPU every path — prefill, packed GQA, key
+reference checked against a loop (CPU); on a GPU every path — prefill (the wgmma kernel
+on an H100 for D 64/128/256, the mma.sync kernel otherwise and forced), packed GQA, key
 splits + combine (decode), causal with Sq < Sk and Sq > Sk, odd S and D, strided views,
 f32 inputs, KAIO's entries — against float64 with poisoned outputs, lse included."""
 
