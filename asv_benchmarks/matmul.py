@@ -21,11 +21,11 @@ class TimeMatmul:
 
     def setup(self, dtype, shape):
         import kaionb
-        import torch
         from kaionb.kernels import matmul as mm
 
         if not kaionb.gpu_available():
             raise NotImplementedError("no CUDA GPU")
+        import torch  # the baselines: only once there is a GPU to run them on
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
         tdt = torch.float16 if dtype == "f16" else torch.bfloat16

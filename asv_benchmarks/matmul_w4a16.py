@@ -26,10 +26,11 @@ class TimeMatmulInt4:
 
     def setup(self, m):
         import kaionb
-        import torch
 
         if not kaionb.gpu_available():
             raise NotImplementedError("no CUDA GPU")
+        import torch  # the baselines: only once there is a GPU to run them on
+
         m = int(m)
         self.torch, self.kaionb = torch, kaionb
         self.w = _random_weight(torch, self.K, self.N)
@@ -77,10 +78,11 @@ class TimeQkvProjectInt4:
 
     def setup(self, m):
         import kaionb
-        import torch
 
         if not kaionb.gpu_available():
             raise NotImplementedError("no CUDA GPU")
+        import torch  # the baselines: only once there is a GPU to run them on
+
         m = int(m)
         self.torch, self.kaionb = torch, kaionb
         self.ws = [_random_weight(torch, self.HIDDEN, n) for n in self.WIDTHS]

@@ -18,10 +18,11 @@ class TimeMatmulInt8:
 
     def setup(self, shape):
         import kaionb
-        import torch
 
         if not kaionb.gpu_available():
             raise NotImplementedError("no CUDA GPU")
+        import torch  # the baselines: only once there is a GPU to run them on
+
         m, n, k = self.SHAPES[shape]
         self.torch, self.m = torch, m
         self.ops = 2.0 * m * n * k
@@ -78,10 +79,11 @@ class TimeQkvProjectInt8:
 
     def setup(self, m):
         import kaionb
-        import torch
 
         if not kaionb.gpu_available():
             raise NotImplementedError("no CUDA GPU")
+        import torch  # the baselines: only once there is a GPU to run them on
+
         m = int(m)
         self.torch, self.kaionb = torch, kaionb
         self.x = torch.randn(m, 4096, dtype=torch.float16, device="cuda")

@@ -445,6 +445,8 @@ def _allocate(nbytes: int):
 
 
 def zeros(shape, dtype=np.float32) -> DeviceArray:
+    """A new C-contiguous device array of ``shape`` filled with zeros (one stream-ordered
+    memset). ``dtype`` defaults to float32."""
     out = empty(shape, dtype)
     if out.size:
         from cuda.bindings import driver
@@ -466,15 +468,19 @@ def _refuse_in_capture(where: str, handle: int) -> None:
 
 
 def full(shape, fill_value, dtype=None) -> DeviceArray:
+    """A new C-contiguous device array of ``shape`` with every element ``fill_value``;
+    ``dtype`` defaults to NumPy's for the value (``np.asarray(fill_value).dtype``)."""
     dtype = np.asarray(fill_value).dtype if dtype is None else dtype
     return empty(shape, dtype).fill(fill_value)
 
 
 def empty_like(a, dtype=None) -> DeviceArray:
+    """:func:`empty` with ``a``'s shape and (unless ``dtype`` is given) dtype."""
     return empty(a.shape, a.dtype if dtype is None else dtype)
 
 
 def zeros_like(a, dtype=None) -> DeviceArray:
+    """:func:`zeros` with ``a``'s shape and (unless ``dtype`` is given) dtype."""
     return zeros(a.shape, a.dtype if dtype is None else dtype)
 
 
