@@ -23,6 +23,11 @@ from kaionb._toolchain import CHECK_ARCHS, assemble, assembler_version, find_ptx
 from kaionb.kernels.launch import all_kernels
 
 
+# Compile + ptxas time per kernel × signature × architecture on the CI machine (2 cores):
+# tests/test_compile_all.py's ~700 cases take about 10 minutes there.
+SECONDS_PER_COMPILATION = 0.9
+
+
 def ptxas_report(kdef, signature: str, cc: tuple, arch: str) -> tuple[str, bool]:
     """``ptxas -v``'s report for one specialization, and whether it came from the cache."""
     key = kernel_cache.kernel_key(kdef, signature, arch,
@@ -51,23 +56,28 @@ def ptxas_table(archs=tuple(CHECK_ARCHS.values())) -> bool:
         except Exception as exc:  # reported in the table, counted as a failure
             return None, False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
 
-    print(f"{'kernel':44s} {'arch':7s} {'regs':>5s} {'spills':>7s}  status", flush=True)
+    print(f"{len(jobs)} compilations: about {len(jobs) * SECONDS_PER_COMPILATION / 60:.0f} "
+          "minutes the first time on 2 cores, seconds once the kernel cache holds them.\n")
+    print(f"{'':>11s} {'kernel':44s} {'arch':7s} {'regs':>5s} {'spills':>7s}  status",
+          flush=True)
     failures = 0
+    start = time.perf_counter()
     # numba compiles under one lock, so the second thread's gain is ptxas running beside it.
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {pool.submit(run, job): job for job in jobs}
-        for future in as_completed(futures):
+        for done, future in enumerate(as_completed(futures), 1):
             k, _, _, arch = futures[future]
             report, cached, error = future.result()
+            progress = f"{done:4d} {time.perf_counter() - start:5.0f}s"
             if error:
                 failures += 1
-                print(f"{k.name[:44]:44s} {arch:7s} {'-':>5s} {'-':>7s}  FAILED {error}",
-                      flush=True)
+                print(f"{progress} {k.name[:44]:44s} {arch:7s} {'-':>5s} {'-':>7s}  FAILED "
+                      f"{error}", flush=True)
                 continue
             spills = report["spill_stores"] + report["spill_loads"]
             status = "ok (cached)" if cached else "ok"
-            print(f"{k.name[:44]:44s} {arch:7s} {report['registers']:5d} {spills:7d}  {status}",
-                  flush=True)
+            print(f"{progress} {k.name[:44]:44s} {arch:7s} {report['registers']:5d} "
+                  f"{spills:7d}  {status}", flush=True)
     kernels = len({k.name for k, *_ in jobs})
     print(f"\n{len(jobs) - failures} of {len(jobs)} compilations assembled "
           f"({kernels} kernels, {len(jobs)} kernel×signature×arch)")
