@@ -232,6 +232,8 @@ def test_showcase_prints_rows_and_reuses_the_cache(cache_dir, compiles, no_gpu, 
     first = capsys.readouterr().out
     assert len(compiles) == 1
     assert "_add_fwd_kernel" in first and hopper_only.name not in first
+    assert "1 compilations: about" in first  # the estimate comes before any row
+    assert first.index("1 compilations: about") < first.index("_add_fwd_kernel")
     assert "1 of 1 compilations assembled" in first
 
     assert showcase.main(["--arch", "sm_80"]) == 0
