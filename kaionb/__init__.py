@@ -18,6 +18,7 @@ from .array import (
 from .graphs import Graph, graph
 from .kernels.attention import (
     attention,
+    attention_bwd,
     attention_flash,
     attention_flash_causal,
     attention_tc,
@@ -54,6 +55,7 @@ __all__ = [
     "Stream",
     "asarray",
     "attention",
+    "attention_bwd",
     "attention_flash",
     "attention_flash_causal",
     "attention_tc",

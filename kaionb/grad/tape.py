@@ -15,6 +15,7 @@ import numpy as np
 
 from ..array import asarray, full
 from ..kernels.elementwise import add
+from ..validation import fail
 from .record import active_tape, set_active_tape
 
 
@@ -32,7 +33,15 @@ class Tape:
 
     def backward(self, output, grad_output=None) -> None:
         """Propagate ``grad_output`` (default: ones, i.e. L = sum(output)) to every
-        ``requires_grad`` input, accumulating into ``.grad``."""
+        ``requires_grad`` input, accumulating into ``.grad``. ``output`` must be an output
+        of an op recorded on this tape (ValueError otherwise: nothing would be computed)."""
+        if not any(o is output for _, _, outs in self.entries for o in outs):
+            fail(ValueError, "Tape.backward", "output", "an array an op recorded on this "
+                 f"tape produced ({len(self.entries)} entries)",
+                 f"an array of shape {getattr(output, 'shape', None)} that none produced")
+        if grad_output is not None and tuple(grad_output.shape) != tuple(output.shape):
+            fail(ValueError, "Tape.backward", "grad_output", f"shape {tuple(output.shape)}",
+                 tuple(grad_output.shape))
         grads = {id(output): grad_output if grad_output is not None
                  else full(output.shape, 1.0, np.float32)}
         for backward_fn, inputs, outputs in reversed(self.entries):
@@ -57,10 +66,15 @@ def _accumulate(total, g):
     return g.astype(np.float32) if total is None else add(total, g)
 
 
-def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None) -> float:
+def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None, reference=None) -> float:
     """Check the tape's gradient of ``L = sum(fn(*inputs) * w)`` (random weights ``w``)
     against central differences at ``probes`` random elements of each input that requires
-    a gradient. Returns the worst relative error; raises AssertionError above ``rtol``."""
+    a gradient. Returns the worst relative error; raises AssertionError above ``rtol``.
+
+    ``reference``: a float64 NumPy model of ``fn`` (host arrays in, an array out) whose
+    differences are taken instead — for ops that compute in less precision than their
+    inputs (attention runs float32 inputs on bf16 tensor cores: differences of its own
+    output would measure the rounding, not the derivative)."""
     rng = np.random.default_rng() if rng is None else rng
     with Tape() as tape:
         out = fn(*inputs)
@@ -68,6 +82,9 @@ def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None) -> float:
     tape.backward(out, asarray(weights))
 
     def loss(args):
+        if reference is not None:
+            host = [a.get() if hasattr(a, "get") else a for a in args]
+            return float(np.sum(np.asarray(reference(*host), np.float64) * weights))
         return float(np.sum(fn(*args).get().astype(np.float64) * weights))
 
     worst = 0.0

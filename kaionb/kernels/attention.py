@@ -38,13 +38,22 @@ from numba import cuda, float32, int32, int64
 
 from .._device import compute_capability, multiprocessor_count
 from ..array import DeviceArray, _contiguous_strides, bfloat16, empty
-from ..ptx_patches import ex2_approx_f32, global_addr, st_global_b32
-from ..validation import as_array, check_contiguous, check_same_dtype, fail
+from ..grad.record import record
+from ..ptx_patches import (
+    bf16x2_to_f32x2,
+    ex2_approx_f32,
+    f16x2_to_f32x2,
+    global_addr,
+    ld_global_nc_u32,
+    st_global_b32,
+)
+from ..validation import as_array, check_contiguous, check_same_dtype, check_shape, fail
 from .helpers.attention import LOG2E, attention_block
+from .helpers.attention_bwd import STAT_ROWS, KeyBlock, QueryBlock
 from .helpers.attention_wgmma import WgmmaAttentionBlock, wgmma_attention_block
 from .helpers.epilogue import OUT_BF16, OUT_F16, OUT_F32, pack_pair
 from .launch import kernel
-from .op import ANY_LAYOUT, Plan, fast_path, output, run
+from .op import ANY_LAYOUT, LAST_AXIS, Plan, fast_path, output, outputs, run
 
 # Head dimensions compiled (D is rounded up to one of these).
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
@@ -166,11 +175,108 @@ def _attention_combine_kernel(ws, ws_lse, out32, out16, lse, kind, splits, B, D)
         lse[b, h, i] = top + math.log(total) if total > float32(0.0) else neg_inf
 
 
+# Backward (FlashAttention-2 with saved statistics, deterministic; .helpers.attention_bwd).
+# Per head dimension: the dK/dV block's (query rows per streamed tile, key warps, warps
+# sharing 16 keys, K/V fragments in registers) and the dQ block's (keys per tile, warps);
+# chosen so that no variant spills (ptxas -v, sm_80 … sm_90a) and each fits sm_89's
+# 99 KB of shared memory.
+BWD_KEY_TILES = {32: (64, 4, 1, True), 64: (64, 4, 1, True), 96: (32, 4, 1, False),
+                 128: (32, 4, 1, False), 192: (32, 2, 3, False), 256: (32, 2, 2, False)}
+BWD_QUERY_TILES = {32: (64, 4), 64: (64, 4), 96: (64, 4), 128: (64, 4), 192: (32, 4),
+                   256: (16, 4)}
+PREPROCESS_WARPS = 4
+_BWD_ARRAYS = ("uint16[:, :, :, :], uint16[:, :, :, :], uint16[:, :, :, :], "
+               "uint16[:, :, :, :], float32[:, ::1], float32[:, ::1], ")
+_BWD_SCALARS = "int32, int32, int32, int32, int32, int32, float32, float32)"
+
+
+def make_attention_bwd_kernels(operand: str, DP: int):
+    """The backward's two main kernels for one operand type and head dimension: (dK/dV
+    over grid (key tiles, Hkv, B), dQ over grid (query tiles, Hq, B)). Arguments: q, k,
+    v, dO (uint16 bits, 4-D, any strides), ℓ2 and Δ ([B·Hq, SQ_PAD] float32, from
+    :func:`_attention_bwd_preprocess_kernel`), the outputs as (f32, uint16) pairs, then
+    kind, Sq, Sk, D, G, causal, scale·log2(e), scale."""
+    key_blk = KeyBlock(operand, DP, *BWD_KEY_TILES[DP])
+    query_blk = QueryBlock(operand, DP, *BWD_QUERY_TILES[DP])
+    key_block, query_block = key_blk.block, query_blk.block
+    BN, BM = key_blk.BN, query_blk.BM
+    pair = "float32[:, :, :, :], uint16[:, :, :, :], "
+
+    @kernel(["void(" + _BWD_ARRAYS + pair + pair + _BWD_SCALARS],
+            name=f"_attention_bwd_dkdv_kernel_{operand}_d{DP}",
+            max_dynamic_shared_bytes=key_blk.SHARED_BYTES, launch_bounds=key_blk.THREADS)
+    def _attention_bwd_dkdv_kernel(q, k, v, do, lse2, delta, dk32, dk16, dv32, dv16, kind,
+                                   Sq, Sk, D, G, causal, scale_log2, scale):
+        smem = cuda.shared.array(0, np.uint8)
+        key_block(smem, q, k, v, do, lse2, delta, dk32, dk16, dv32, dv16, kind, Sq, Sk, D, G,
+                  causal, scale_log2, scale, int32(cuda.blockIdx.z), int32(cuda.blockIdx.y),
+                  int32(cuda.blockIdx.x) * BN)
+
+    @kernel(["void(" + _BWD_ARRAYS + pair + _BWD_SCALARS],
+            name=f"_attention_bwd_dq_kernel_{operand}_d{DP}",
+            max_dynamic_shared_bytes=query_blk.SHARED_BYTES, launch_bounds=query_blk.THREADS)
+    def _attention_bwd_dq_kernel(q, k, v, do, lse2, delta, dq32, dq16, kind, Sq, Sk, D, G,
+                                 causal, scale_log2, scale):
+        smem = cuda.shared.array(0, np.uint8)
+        query_block(smem, q, k, v, do, lse2, delta, dq32, dq16, kind, Sq, Sk, D, G, causal,
+                    scale_log2, scale, int32(cuda.blockIdx.z), int32(cuda.blockIdx.y),
+                    int32(cuda.blockIdx.x) * BM)
+
+    _attention_bwd_dkdv_kernel.block = key_blk
+    _attention_bwd_dq_kernel.block = query_blk
+    return _attention_bwd_dkdv_kernel, _attention_bwd_dq_kernel
+
+
+_BWD_KERNELS = {(operand, DP): make_attention_bwd_kernels(operand, DP)
+                for operand in ("f16", "bf16") for DP in HEAD_DIMS}
+
+
+@kernel(["void(uint16[:, :, :, :], uint16[:, :, :, :], float32[:, :, :], int32, "
+         "float32[:, ::1], float32[:, ::1], int32, int32)"],
+        name="_attention_bwd_preprocess_kernel", launch_bounds=32 * PREPROCESS_WARPS)
+def _attention_bwd_preprocess_kernel(o, do, lse, kind, lse2, delta, Sq, D):
+    """One warp per row of the padded statistics [B·Hq, SQ_PAD]: Δ = Σ_d dO·O (f32 sums of
+    the f16/bf16 values, ``kind``) and ℓ2 = lse·log2(e); rows past Sq and rows with no key
+    (lse −inf) get ℓ2 = +inf, so the main kernels' P = 2^(s − ℓ2) is 0 there."""
+    _, H, _, _ = o.shape
+    row = int32(cuda.blockIdx.x) * PREPROCESS_WARPS + int32(cuda.threadIdx.x) // 32
+    lane = int32(cuda.threadIdx.x) % 32
+    if row >= lse2.shape[0] * lse2.shape[1]:
+        return
+    z = row // lse2.shape[1]
+    i = row % lse2.shape[1]
+    total = float32(0.0)
+    if i < Sq:
+        b, h = z // H, z % H
+        for d in range(2 * lane, D, 64):  # column pairs: D is even
+            at = (int64(b), int64(h), int64(i), int64(d))
+            wo = ld_global_nc_u32(global_addr(o, at))
+            wd = ld_global_nc_u32(global_addr(do, at))
+            if kind == OUT_F16:
+                o0, o1 = f16x2_to_f32x2(wo)
+                d0, d1 = f16x2_to_f32x2(wd)
+            else:
+                o0, o1 = bf16x2_to_f32x2(wo)
+                d0, d1 = bf16x2_to_f32x2(wd)
+            total += o0 * d0 + o1 * d1
+    for width in (16, 8, 4, 2, 1):
+        total += cuda.shfl_xor_sync(0xFFFFFFFF, total, width)
+    if lane == 0:
+        delta[z, i] = total
+        ell = float32(math.inf)
+        if i < Sq:
+            x = lse[z // H, z % H, i]
+            if x != float32(-math.inf):
+                ell = x * float32(LOG2E)
+        lse2[z, i] = ell
+
+
 # -- host entries ----------------------------------------------------------------------------
 
-def _as_4d(x: DeviceArray) -> DeviceArray:
-    """[S, D] and [H, S, D] as [1, 1, S, D] / [1, H, S, D] views."""
-    lead = 4 - x.ndim
+def _as_4d(x: DeviceArray, rank: int = 4) -> DeviceArray:
+    """[S, D] and [H, S, D] as [1, 1, S, D] / [1, H, S, D] views (``rank`` 3: the same
+    for an lse of [S] or [H, S])."""
+    lead = rank - x.ndim
     return x._view((1,) * lead + x.shape, (0,) * lead + x.strides)
 
 
@@ -181,11 +287,17 @@ def _aligned(x: DeviceArray) -> bool:
                                    if d > 1)
 
 
+def _operand_dtype(dtype) -> np.dtype:
+    """The kernels' operand type for inputs of ``dtype``: f16 or bf16 (float32 runs on
+    bf16 copies)."""
+    return dtype if dtype in _OPERAND else bfloat16
+
+
 def _operand(x4: DeviceArray, dtype) -> DeviceArray:
-    """The kernel's view of an input: bf16 copies of float32, contiguous copies of
-    misaligned data, as uint16 bits."""
-    if dtype == _F32:
-        x4 = x4.astype(bfloat16)
+    """The kernel's view of an input as uint16 bits of ``dtype`` (f16/bf16): a converted
+    copy of another dtype, a contiguous copy of misaligned data."""
+    if x4.dtype != dtype:
+        x4 = x4.astype(dtype)
     elif not _aligned(x4):
         x4 = x4.copy()
     return x4._view(x4.shape, x4.strides, dtype=_U16)
@@ -225,6 +337,17 @@ def _check_inputs(op, q, k, v):
             fail(ValueError, op, "k", f"a number of heads that divides q's {hq} (GQA)", hkv)
 
 
+def _check_scale(op, scale, D: int) -> float:
+    """The softmax scale: 1/sqrt(D) by default, else a finite float > 0."""
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if not isinstance(scale, (int, float, np.floating, np.integer)) or isinstance(scale, bool):
+        fail(TypeError, op, "scale", "a float", type(scale).__name__)
+    if not (math.isfinite(scale) and scale > 0):
+        fail(ValueError, op, "scale", "a finite value > 0", scale)
+    return float(scale)
+
+
 def _splits(blocks: int, key_tiles: int, blocks_per_sm: int) -> int:
     """Key splits: enough blocks for ``blocks_per_sm``, each split ≥ MIN_TILES_PER_SPLIT
     tiles of keys."""
@@ -243,13 +366,7 @@ def attention_fwd(q, k, v, causal=False, scale=None, return_lse=False, *, out=No
     k = as_array(op, "k", k, dtypes=_INPUT_DTYPES)
     v = as_array(op, "v", v, dtypes=_INPUT_DTYPES)
     _check_inputs(op, q, k, v)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    elif (not isinstance(scale, (int, float, np.floating, np.integer))
-          or isinstance(scale, bool)):
-        fail(TypeError, op, "scale", "a float", type(scale).__name__)
-    elif not (math.isfinite(scale) and scale > 0):
-        fail(ValueError, op, "scale", "a finite value > 0", scale)
+    scale = _check_scale(op, scale, q.shape[-1])
     out_dtype = q.dtype if dtype is None else np.dtype(dtype)
     out = output(op, out, q.shape, out_dtype, device=q.device_id)
     if not _aligned(out):  # the kernels store 16 bytes at a time (new outputs always are)
@@ -257,9 +374,9 @@ def attention_fwd(q, k, v, causal=False, scale=None, return_lse=False, *, out=No
              f"pointer 0x{out.ptr:x}, strides {out.strides}")
     if return_lse:
         lse = output(op, None, q.shape[:-1], _F32, device=q.device_id, layout=ANY_LAYOUT)
-        return run(_attention_launch, q, k, v, bool(causal), float(scale), prefer_wgmma,
+        return run(_attention_launch, q, k, v, bool(causal), scale, prefer_wgmma,
                    out=(out, lse))
-    return run(_attention_launch, q, k, v, bool(causal), float(scale), prefer_wgmma, out=out)
+    return run(_attention_launch, q, k, v, bool(causal), scale, prefer_wgmma, out=out)
 
 
 def _attention_launch(q, k, v, causal, scale, prefer_wgmma, out, lse=None):
@@ -268,7 +385,7 @@ def _attention_launch(q, k, v, causal, scale, prefer_wgmma, out, lse=None):
     DP = _head_dim_class(q.shape[-1])
     G = q.shape[-3] // k.shape[-3] if q.ndim >= 3 else 1
     tile = "decode" if G * q.shape[-2] <= DECODE_MAX_ROWS else "prefill"
-    operand = _OPERAND.get(q.dtype, "bf16")
+    operand = _OPERAND[_operand_dtype(q.dtype)]
     kdef = _KERNELS[(operand, DP, tile)]
     if (prefer_wgmma and tile == "prefill" and (operand, DP) in _WGMMA_KERNELS
             and compute_capability() == (9, 0)):
@@ -287,7 +404,7 @@ def launch_attention(kdef, blocks_per_sm, q, k, v, causal, scale, out, lse=None)
     if lse is None:
         lse = empty((B, Hq, Sq), _F32)
     lse3 = lse._view((B, Hq, Sq), _contiguous_strides((B, Hq, Sq), 4))
-    q4, k4, v4 = (_operand(x, q.dtype) for x in (q4, k4, v4))
+    q4, k4, v4 = (_operand(x, _operand_dtype(q.dtype)) for x in (q4, k4, v4))
     BM, BN = kdef.block.BM, kdef.block.BN
     # Pack the GQA group's queries into one block's rows when a head's queries alone
     # would leave most of the tile empty.
@@ -347,6 +464,34 @@ def attention_ref(q, k, v, causal=False, scale=None):
     return out.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 
+def attention_bwd_ref(dout, q, k, v, causal=False, scale=None):
+    """float64 NumPy reference of the gradients: (dq, dk, dv) for the loss gradient
+    ``dout`` of :func:`attention_ref`'s output; GQA's dk, dv summed over each group."""
+    dout, q, k, v = (np.asarray(x, np.float64) for x in (dout, q, k, v))
+    lead = 4 - q.ndim
+    do4, q4, k4, v4 = (x.reshape((1,) * lead + x.shape) for x in (dout, q, k, v))
+    B, Hkv, Sk, D = k4.shape
+    G = q4.shape[1] // Hkv
+    kr, vr = np.repeat(k4, G, axis=1), np.repeat(v4, G, axis=1)
+    Sq = q4.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.einsum("bhqd,bhkd->bhqk", q4, kr) * scale
+    if causal:
+        allowed = np.arange(Sk)[None, :] <= np.arange(Sq)[:, None] + (Sk - Sq)
+        s = np.where(allowed, s, -np.inf)
+    top = s.max(axis=-1, keepdims=True) if Sk else np.zeros(s.shape[:-1] + (1,))
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(s - top)
+    total = e.sum(axis=-1, keepdims=True)
+    p = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    dp = np.einsum("bhqd,bhkd->bhqk", do4, vr)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+    dq = scale * np.einsum("bhqk,bhkd->bhqd", ds, kr)
+    dk = scale * np.einsum("bhqk,bhqd->bhkd", ds, q4).reshape(B, Hkv, G, Sk, D).sum(axis=2)
+    dv = np.einsum("bhqk,bhqd->bhkd", p, do4).reshape(B, Hkv, G, Sk, D).sum(axis=2)
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+
 def attention(q, k, v, *, causal=False, scale=None, return_lse=False, out=None):
     """Scaled dot-product attention, FlashAttention on tensor cores (module doc).
 
@@ -373,7 +518,115 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False, out=None):
     that do not match (batch, heads, D, k vs v), D not a multiple of 8 in [8, 256], a
     non-contiguous last axis, or an ``out`` of the wrong shape — all before any launch.
     """
-    return attention_fwd(q, k, v, causal, scale, return_lse, out=out)
+    if not any(getattr(x, "requires_grad", False) for x in (q, k, v)):
+        return attention_fwd(q, k, v, causal, scale, return_lse, out=out)
+    result, lse = attention_fwd(q, k, v, causal, scale, True, out=out)
+    record(lambda grad: attention_bwd(grad, q, k, v, result, lse, causal=causal, scale=scale,
+                                      dtype=np.float32), (q, k, v), (result,))
+    return (result, lse) if return_lse else result
+
+
+@fast_path
+def attention_bwd_fwd(dout, q, k, v, out, lse, causal=False, scale=None, dtype=None, *,
+                      grads=None, op="attention_bwd"):
+    """Validate, resolve the gradients and launch (:func:`attention_bwd`)."""
+    q = as_array(op, "q", q, dtypes=_INPUT_DTYPES)
+    k = as_array(op, "k", k, dtypes=_INPUT_DTYPES)
+    v = as_array(op, "v", v, dtypes=_INPUT_DTYPES)
+    _check_inputs(op, q, k, v)
+    dout = as_array(op, "dout", dout, dtypes=_INPUT_DTYPES)
+    out = as_array(op, "out", out, dtypes=_INPUT_DTYPES)
+    lse = as_array(op, "lse", lse, dtypes=(_F32,))
+    check_shape(op, "dout", dout, q.shape)
+    check_shape(op, "out", out, q.shape)
+    check_shape(op, "lse", lse, q.shape[:-1])
+    for name, x in (("dout", dout), ("out", out), ("lse", lse)):
+        if name != "lse":
+            check_contiguous(op, name, x, last_axis_only=True)
+        if x.device_id != q.device_id:
+            fail(ValueError, op, name, f"device {q.device_id} (where 'q' is)",
+                 f"device {x.device_id}")
+    scale = _check_scale(op, scale, q.shape[-1])
+    if dtype is None:  # q's, or that of the grads given
+        first = grads[0] if isinstance(grads, (tuple, list)) and grads else None
+        grad_dtype = getattr(first, "dtype", q.dtype)
+    else:
+        grad_dtype = np.dtype(dtype)
+    if grad_dtype not in _INPUT_DTYPES:
+        fail(TypeError, op, "dtype", "float16, bfloat16 or float32", grad_dtype)
+    grads = outputs(op, grads, [(x.shape, grad_dtype, LAST_AXIS) for x in (q, k, v)],
+                    device=q.device_id, name="grads")
+    for i, g in enumerate(grads):
+        if not _aligned(g):  # the kernels store 16 bytes at a time
+            fail(ValueError, op, f"grads[{i}]", "16-byte aligned data and row strides",
+                 f"pointer 0x{g.ptr:x}, strides {g.strides}")
+    if q.size == 0 or k.size == 0:  # no query or no key: every gradient is 0
+        for g in grads:
+            g.fill(0)
+        return grads
+    return run(_attention_bwd_launch, dout, q, k, v, out, lse, bool(causal), scale,
+               out=grads)
+
+
+def _attention_bwd_launch(dout, q, k, v, out, lse, causal, scale, dq, dk, dv):
+    """The preprocess (ℓ2, Δ), then the dK/dV and dQ kernels (helpers.attention_bwd)."""
+    q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
+    B, Hq, Sq, D = q4.shape
+    Hkv, Sk = k4.shape[1], k4.shape[2]
+    operand_dtype = _operand_dtype(q.dtype)
+    operand = _OPERAND[operand_dtype]
+    q4, k4, v4, do4, o4 = (_operand(x, operand_dtype)
+                           for x in (q4, k4, v4, _as_4d(dout), _as_4d(out)))
+    sq_pad = -(-Sq // STAT_ROWS) * STAT_ROWS
+    lse2 = empty((B * Hq, sq_pad), _F32)
+    delta = empty((B * Hq, sq_pad), _F32)
+    lse3 = _as_4d(lse, rank=3)
+    Plan.of(_attention_bwd_preprocess_kernel,
+            (-(-(B * Hq * sq_pad) // PREPROCESS_WARPS),), (32 * PREPROCESS_WARPS,)).launch(
+        o4, do4, lse3, _KIND[operand_dtype], lse2, delta, Sq, D)
+    dkdv, dq_kernel = _BWD_KERNELS[(operand, _head_dim_class(D))]
+    kind = _KIND[dq.dtype]
+    scalars = (kind, Sq, Sk, D, Hq // Hkv, int(causal), scale * LOG2E, scale)
+    blk = dkdv.block
+    Plan.of(dkdv, (-(-Sk // blk.BN), Hkv, B), (blk.THREADS,), blk.SHARED_BYTES).launch(
+        q4, k4, v4, do4, lse2, delta, *_output_pair(_as_4d(dk)), *_output_pair(_as_4d(dv)),
+        *scalars)
+    blk = dq_kernel.block
+    Plan.of(dq_kernel, (-(-Sq // blk.BM), Hq, B), (blk.THREADS,), blk.SHARED_BYTES).launch(
+        q4, k4, v4, do4, lse2, delta, *_output_pair(_as_4d(dq)), *scalars)
+
+
+def attention_bwd(dout, q, k, v, out, lse, *, causal=False, scale=None, dtype=None,
+                  grads=None):
+    """The gradients of :func:`attention`: (dq, dk, dv) for the loss gradient ``dout``
+    of its output ``out``, from the forward's ``lse`` (``attention(..., return_lse=True)``)
+    — the softmax statistics are not recomputed. FlashAttention-2's backward on tensor
+    cores, deterministic: bit-identical results run to run (no atomics; dQ has its own
+    pass over the keys).
+
+    Parameters
+    ----------
+    dout : the gradient of the loss with respect to ``out``: q's shape, float16,
+        bfloat16 or float32 (rounded to the kernels' f16/bf16 operand type).
+    q, k, v, causal, scale : as given to the forward (the same ``scale``).
+    out, lse : the forward's output and log-sum-exp (float32, q.shape[:-1]).
+    dtype : the gradients' dtype: q's by default; float32 keeps the f32 accumulators
+        unrounded (the tape asks for it).
+    grads : optional (dq, dk, dv) arrays to write (shapes of q, k, v, one dtype — which
+        sets ``dtype`` when it is not given —, contiguous 16-byte aligned rows).
+
+    Returns
+    -------
+    (dq, dk, dv) in the shapes of q, k, v. Accumulation is float32 on tensor cores with
+    P and dS rounded to the operand type (as FlashAttention-2); GQA heads' dk, dv are
+    summed over each group of query heads; rows with no key contribute nothing.
+
+    Raises
+    ------
+    TypeError / ValueError before any launch: the forward's checks for q, k, v, and
+    dout, out or lse of another shape (an lse from another call), dtype or device.
+    """
+    return attention_bwd_fwd(dout, q, k, v, out, lse, causal, scale, dtype, grads=grads)
 
 
 def _kaio_entry(name, causal, out_dtype, doc):

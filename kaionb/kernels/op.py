@@ -77,17 +77,17 @@ def output(op: str, out, shape: tuple, dtype, *, device: int, layout: str = LAST
     return out
 
 
-def outputs(op: str, out, specs, *, device: int) -> tuple:
+def outputs(op: str, out, specs, *, device: int, name: str = "out") -> tuple:
     """Several outputs, ``specs`` one ``(shape, dtype, layout)`` each: new arrays when
     ``out`` is None, else the ``out`` tuple checked element by element as :func:`output`
-    checks one (named ``out[0]``, ``out[1]``, ... in errors)."""
+    checks one (named ``out[0]``, ``out[1]``, ... in errors; ``name`` replaces "out")."""
     if out is None:
         return tuple(empty(shape, dtype) for shape, dtype, _ in specs)
     if not isinstance(out, (tuple, list)) or len(out) != len(specs):
         got = (f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list))
                else type(out).__name__)
-        fail(TypeError, op, "out", f"a tuple of {len(specs)} arrays", got)
-    return tuple(output(op, o, shape, dtype, device=device, layout=layout, name=f"out[{i}]")
+        fail(TypeError, op, name, f"a tuple of {len(specs)} arrays", got)
+    return tuple(output(op, o, shape, dtype, device=device, layout=layout, name=f"{name}[{i}]")
                  for i, (o, (shape, dtype, layout)) in enumerate(zip(out, specs)))
 
 

@@ -50,36 +50,33 @@ from kaionb.ptx_patches import (
     device_function,
     ex2_approx_f32,
     global_addr,
-    ldmatrix_x4,
-    ldmatrix_x4_trans,
     shared_addr,
     st_global_v4_f32,
     st_global_v4_u32,
 )
 
 from .epilogue import OUT_F32, pack_pair
-from .fragments import ldmatrix_x4_b_row_col, ldmatrix_x4_row_col
-from .mma_pipeline import LINE, OPERANDS, tile_offset
+from .mma_pipeline import LINE, tile_offset
 from .reduce import FULL_MASK
-from .tiles import swizzle_128b
+from .warp_mma import load_a_fragments, strip_abt, strip_lane_offsets, strip_pb
 
 LN2 = 0.6931471805599453
 LOG2E = 1.4426950408889634
-PANEL_ROW_STEP = 16 * LINE  # 16 rows of a panel: two swizzle periods, offsets add
 NEG_INF = float32(-math.inf)
 
 
 class AttentionTiles:
-    """Shared memory and the global ↔ shared traffic of one attention block: a Q tile of
-    BM rows and STAGES stages each of K and V (BN rows), rows of DT elements in 128-byte
-    panels (module doc), THREADS threads loading; the output staged as f32 rows of CS.
+    """Shared memory and the global ↔ shared traffic of one attention block: Q_TILES
+    tiles of BM rows (Q; the backward adds dO) and STAGES stages each of K and V (BN rows),
+    rows of DT elements in 128-byte panels (module doc), THREADS threads loading; the
+    output staged as f32 rows of CS.
     Offsets are bytes from the dynamic shared memory's start (``base`` arguments shift
     them: the wgmma block aligns its tiles to 1024 bytes). ``UNROLL_FULL``: whole tiles
     load through a straight-line copy (one 64-bit add a chunk) where the geometry allows.
     """
 
     def __init__(self, DP: int, BN: int, BM: int, THREADS: int, STAGES: int = 2,
-                 UNROLL_FULL: bool = False):
+                 UNROLL_FULL: bool = False, Q_TILES: int = 1):
         DT = -(-DP // 64) * 64  # stored row: whole 128-byte panels
         Q_BYTES, KV_BYTES = BM * DT * 2, BN * DT * 2
         CS = DP + 8  # row stride (f32) of the staged output: conflict-free 8-byte stores
@@ -201,9 +198,9 @@ class AttentionTiles:
                     row_limit(m0 + r_lo + 8, n_hi, causal, Sk, Sq))
 
         @device_function
-        def store_rows(out32, out16, lse, kind, zo, hg, P, Sq, m0, rows_total, D, tid):
-            """The staged tile (f32 rows of CS from shared offset 0, then BM row lse values)
-            to the output, 8 columns (16 or 32 bytes) per store, and the lse."""
+        def store_rows(out32, out16, kind, zo, hg, P, Sq, m0, rows_total, D, tid):
+            """The staged tile (f32 rows of CS from shared offset 0) to the output, 8
+            columns (16 or 32 bytes) per store."""
             cs = cuda.shared.array(0, float32)
             for ch in range(tid, BM * CPR, THREADS):
                 r = ch // CPR
@@ -223,6 +220,11 @@ class AttentionTiles:
                                           pack_pair(kind, cs[ci + 2], cs[ci + 3]),
                                           pack_pair(kind, cs[ci + 4], cs[ci + 5]),
                                           pack_pair(kind, cs[ci + 6], cs[ci + 7])))
+
+        @device_function
+        def store_lse(lse, zo, hg, P, Sq, m0, rows_total, tid):
+            """The BM row lse values staged after the tile to ``lse``."""
+            cs = cuda.shared.array(0, float32)
             for r in range(tid, BM, THREADS):
                 if m0 + r < rows_total:
                     hq, qi = row_head(m0 + r, hg, P, Sq)
@@ -230,10 +232,12 @@ class AttentionTiles:
 
         self.DT, self.CS = DT, CS
         self.Q_BYTES, self.KV_BYTES = Q_BYTES, KV_BYTES
-        self.K_BASE, self.V_BASE = Q_BYTES, Q_BYTES + STAGES * KV_BYTES
-        self.SHARED_BYTES = max(Q_BYTES + 2 * STAGES * KV_BYTES, (BM * CS + BM) * 4)
+        self.K_BASE = Q_TILES * Q_BYTES
+        self.V_BASE = self.K_BASE + STAGES * KV_BYTES
+        self.TILE_BYTES = self.V_BASE + STAGES * KV_BYTES
+        self.SHARED_BYTES = max(self.TILE_BYTES, (BM * CS + BM) * 4)
         self.load_kv_tile, self.load_q_tile = load_kv_tile, load_q_tile
-        self.block_plan, self.store_rows = block_plan, store_rows
+        self.block_plan, self.store_rows, self.store_lse = block_plan, store_rows, store_lse
 
 
 @device_function
@@ -280,14 +284,12 @@ class AttentionBlock:
             raise ValueError(f"attention block: operand must be f16 or bf16, got {operand!r}")
         if DP % 16 or not 16 <= DP <= 256 or BN % 16:
             raise ValueError(f"attention block: DP {DP} and BN {BN} must be multiples of 16")
-        mma = OPERANDS[operand].mma
-        KIND = 1 if operand == "f16" else 2  # helpers.epilogue's OUT_F16 / OUT_BF16
         BM = 16 * WARPS
         THREADS = 32 * WARPS
         tiles = AttentionTiles(DP, BN, BM, THREADS)
         KV_BYTES, K_BASE, V_BASE, CS = tiles.KV_BYTES, tiles.K_BASE, tiles.V_BASE, tiles.CS
         load_kv_tile, load_q_tile = tiles.load_kv_tile, tiles.load_q_tile
-        block_plan, store_rows = tiles.block_plan, tiles.store_rows
+        block_plan, store_rows, store_lse = tiles.block_plan, tiles.store_rows, tiles.store_lse
         KS = DP // 16  # k16 steps of Q·Kᵀ; n16 pairs of P·V's output
         NS = BN // 8  # n8 tiles of S
         KK = BN // 16  # k16 steps of P·V
@@ -296,6 +298,9 @@ class AttentionBlock:
         # shared memory at every k-step (the register file holds O).
         Q_IN_REGS = DP <= 128
         QF_SIZE = KS if Q_IN_REGS else 1
+        q_kt = strip_abt(operand, NS, KS, BM, BN, A_IN_REGS=Q_IN_REGS)
+        p_v = strip_pb(operand, KK, KS, BN)
+        load_q_fragments = load_a_fragments(KS, BM)
 
         def make_row(H):
             """The per-row steps for row g + 8·H of the warp's m16 tile (H fixed at compile
@@ -360,12 +365,7 @@ class AttentionBlock:
                 load_kv_tile(smem, V_BASE, v, b, hkv, n_begin, n_stop, D, tid)
             cp_async_commit_group()
 
-            # Lane offsets at k-step 0 (module doc: panels of 128 bytes, XOR inside one).
-            qr, qc = ldmatrix_x4_row_col(lane)
-            q_off = int32(swizzle_128b((warp * 16 + qr) * LINE + qc * 2))
-            kn, kc = ldmatrix_x4_b_row_col(lane)
-            k_off = int32(swizzle_128b(kn * LINE + kc * 2))
-            v_off = int32(swizzle_128b(qr * LINE + qc * 2))  # the same lane pattern as Q's
+            q_off, k_off, v_off = strip_lane_offsets(lane, warp * 16)
 
             o = cuda.local.array((ND, 4), float32)
             s = cuda.local.array((NS, 4), float32)
@@ -382,11 +382,7 @@ class AttentionBlock:
             cp_async_wait_group(1)
             cuda.syncthreads()
             if Q_IN_REGS:
-                for ks in range(KS):
-                    fa = ldmatrix_x4(shared_addr(
-                        smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
-                    for e in range(4):
-                        qf[ks, e] = fa[e]
+                load_q_fragments(qf, smem, 0, q_off)
 
             for jt in range(n_tiles):
                 n0 = n_begin + jt * BN
@@ -398,24 +394,7 @@ class AttentionBlock:
                 for j in range(NS):
                     for e in range(4):
                         s[j, e] = float32(0.0)
-                k_stage = K_BASE + stage * KV_BYTES
-                for ks in range(KS):
-                    if Q_IN_REGS:
-                        a = (qf[ks, 0], qf[ks, 1], qf[ks, 2], qf[ks, 3])
-                    else:
-                        a = ldmatrix_x4(shared_addr(
-                            smem, (ks // 4) * (BM * LINE) + (q_off ^ ((ks % 4) * 32))))
-                    for p in range(NS // 2):
-                        fb = ldmatrix_x4(shared_addr(
-                            smem, k_stage + (ks // 4) * (BN * LINE)
-                            + ((k_off + p * PANEL_ROW_STEP) ^ ((ks % 4) * 32))))
-                        c0 = mma(a, (fb[0], fb[1]),
-                                 (s[2 * p, 0], s[2 * p, 1], s[2 * p, 2], s[2 * p, 3]))
-                        c1 = mma(a, (fb[2], fb[3]), (s[2 * p + 1, 0], s[2 * p + 1, 1],
-                                                     s[2 * p + 1, 2], s[2 * p + 1, 3]))
-                        for e in range(4):
-                            s[2 * p, e] = c0[e]
-                            s[2 * p + 1, e] = c1[e]
+                q_kt(s, qf, smem, 0, q_off, K_BASE + stage * KV_BYTES, k_off)
                 # K_j+1 streams in while this tile's softmax and P·V run.
                 if jt + 1 < n_tiles:
                     load_kv_tile(smem, K_BASE + (1 - stage) * KV_BYTES, k, b, hkv, n0 + BN,
@@ -432,24 +411,8 @@ class AttentionBlock:
                     load_kv_tile(smem, V_BASE + (1 - stage) * KV_BYTES, v, b, hkv, n0 + BN,
                                  n_stop, D, tid)
                 cp_async_commit_group()
-                # O += P·V_j: S's n8 tiles 2kk, 2kk+1 are the A fragment of k-step kk.
-                v_stage = V_BASE + stage * KV_BYTES
-                for kk in range(KK):
-                    a = (pack_pair(KIND, s[2 * kk, 0], s[2 * kk, 1]),
-                         pack_pair(KIND, s[2 * kk, 2], s[2 * kk, 3]),
-                         pack_pair(KIND, s[2 * kk + 1, 0], s[2 * kk + 1, 1]),
-                         pack_pair(KIND, s[2 * kk + 1, 2], s[2 * kk + 1, 3]))
-                    for dp in range(KS):
-                        fb = ldmatrix_x4_trans(shared_addr(
-                            smem, v_stage + (dp // 4) * (BN * LINE)
-                            + ((v_off + kk * PANEL_ROW_STEP) ^ ((dp % 4) * 32))))
-                        c0 = mma(a, (fb[0], fb[1]),
-                                 (o[2 * dp, 0], o[2 * dp, 1], o[2 * dp, 2], o[2 * dp, 3]))
-                        c1 = mma(a, (fb[2], fb[3]), (o[2 * dp + 1, 0], o[2 * dp + 1, 1],
-                                                     o[2 * dp + 1, 2], o[2 * dp + 1, 3]))
-                        for e in range(4):
-                            o[2 * dp, e] = c0[e]
-                            o[2 * dp + 1, e] = c1[e]
+                # O += P·V_j (S's n8 tile pairs are P's A fragments)
+                p_v(o, s, smem, V_BASE + stage * KV_BYTES, v_off)
             cp_async_wait_group(0)
             cuda.syncthreads()  # every warp is done with the tiles: stage O over them
 
@@ -457,7 +420,8 @@ class AttentionBlock:
             finish_lo(o, m, ell, cs, r_lo, t, scale_log2)
             finish_hi(o, m, ell, cs, r_lo + 8, t, scale_log2)
             cuda.syncthreads()
-            store_rows(out32, out16, lse, kind, zo, hg, P, Sq, m0, rows_total, D, tid)
+            store_rows(out32, out16, kind, zo, hg, P, Sq, m0, rows_total, D, tid)
+            store_lse(lse, zo, hg, P, Sq, m0, rows_total, tid)
 
         self.operand = operand
         self.DP, self.BN, self.WARPS = DP, BN, WARPS

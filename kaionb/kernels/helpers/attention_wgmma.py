@@ -113,7 +113,7 @@ class WgmmaAttentionBlock:
         # output and its lse are read from offset 0 by tiles.store_rows).
         SHARED_BYTES = tiles.SHARED_BYTES + ATOM
         load_kv_tile, load_q_tile = tiles.load_kv_tile, tiles.load_q_tile
-        block_plan, store_rows = tiles.block_plan, tiles.store_rows
+        block_plan, store_rows, store_lse = tiles.block_plan, tiles.store_rows, tiles.store_lse
         KS = DP // 16  # k-steps of Q·Kᵀ
         KK = BN // 16  # k-steps of P·V
         wgmma_s = WGMMA_SS[(operand, BN)]
@@ -281,7 +281,8 @@ class WgmmaAttentionBlock:
                 cs[BM * CS + r_lo] = lse_lo
                 cs[BM * CS + r_lo + 8] = lse_hi
             cuda.syncthreads()
-            store_rows(out32, out16, lse, kind_out, zo, hg, P, Sq, m0, rows_total, D, tid)
+            store_rows(out32, out16, kind_out, zo, hg, P, Sq, m0, rows_total, D, tid)
+            store_lse(lse, zo, hg, P, Sq, m0, rows_total, tid)
 
         self.operand = operand
         self.DP, self.BN, self.STAGES, self.CONSUMERS = DP, BN, STAGES, CONSUMERS
