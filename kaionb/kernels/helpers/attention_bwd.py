@@ -174,7 +174,6 @@ class KeyBlock:
 
             for it in range(n_iters):
                 stage = int32(it % 2)
-                hq = hkv * G + it // per_head
                 i0 = (it_first + it % per_head) * BMQ
                 cp_async_wait_group(0)  # this tile has landed ...
                 cuda.syncthreads()  # ... for every thread, and the other stage is free
