@@ -240,5 +240,5 @@ def test_context_usable_after_bad_input():
     q = kaionb.asarray(random_array((1, 2, 20, 64), **args))
     out, lse = kaionb.attention(q, q, q, return_lse=True)
     with pytest.raises(ValueError):
-        kaionb.attention_bwd(q, q, q, q, out, lse[:, :10])
+        kaionb.attention_bwd(q, q, q, q, out, lse[:, :, :10])
     check_backward(1, 2, 2, 20, 30, 64, F16, seed=5)
