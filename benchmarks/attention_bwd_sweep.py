@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 import kaionb
+from kaionb._device import STATE
 from kaionb.kernels import attention as at
 
 from attention_bwd_table import SHAPES
@@ -56,6 +57,7 @@ def main():
         at.BWD_KEY_TILES[DP], at.BWD_QUERY_TILES[DP] = key_tiles, query_tiles
         try:
             at._BWD_KERNELS[("bf16", DP)] = at.make_attention_bwd_kernels("bf16", DP)
+            STATE.calls = None  # the fast path replays the kernels of its first call
             grads = kaionb.attention_bwd(kdo, kq, kk, kv, out, lse, causal=causal)
             err = max(float(np.linalg.norm(g.get().astype(np.float64) - r)
                             / np.linalg.norm(r)) for g, r in zip(grads, reference))
@@ -64,6 +66,7 @@ def main():
         finally:
             at.BWD_KEY_TILES[DP], at.BWD_QUERY_TILES[DP] = saved
             at._BWD_KERNELS[("bf16", DP)] = shipped
+            STATE.calls = None
         print(f"{label:44s} {ms * 1e3:8.0f} µs {flops / ms / 1e9:6.0f} TFLOP/s  "
               f"vs shipped {err:.1e}", flush=True)
         return dict(label=label, ms=ms, diff=err)

@@ -44,7 +44,7 @@ from ..ptx_patches import (
     ex2_approx_f32,
     f16x2_to_f32x2,
     global_addr,
-    ld_global_nc_u32,
+    ld_global_nc_v4_u32,
     st_global_b32,
 )
 from ..validation import as_array, check_contiguous, check_same_dtype, check_shape, fail
@@ -235,8 +235,9 @@ _BWD_KERNELS = {(operand, DP): make_attention_bwd_kernels(operand, DP)
          "float32[:, ::1], float32[:, ::1], int32, int32)"],
         name="_attention_bwd_preprocess_kernel", launch_bounds=32 * PREPROCESS_WARPS)
 def _attention_bwd_preprocess_kernel(o, do, lse, kind, lse2, delta, Sq, D):
-    """One warp per row of the padded statistics [B·Hq, SQ_PAD]: Δ = Σ_d dO·O (f32 sums of
-    the f16/bf16 values, ``kind``) and ℓ2 = lse·log2(e); rows past Sq and rows with no key
+    """One warp per row of the padded statistics [B·Hq, SQ_PAD], 8 columns (one 16-byte
+    load of O and of dO; rows are 16-byte aligned) a lane: Δ = Σ_d dO·O (f32 sums of the
+    f16/bf16 values, ``kind``) and ℓ2 = lse·log2(e); rows past Sq and rows with no key
     (lse −inf) get ℓ2 = +inf, so the main kernels' P = 2^(s − ℓ2) is 0 there."""
     _, H, _, _ = o.shape
     row = int32(cuda.blockIdx.x) * PREPROCESS_WARPS + int32(cuda.threadIdx.x) // 32
@@ -246,18 +247,17 @@ def _attention_bwd_preprocess_kernel(o, do, lse, kind, lse2, delta, Sq, D):
     z = row // lse2.shape[1]
     i = row % lse2.shape[1]
     total = float32(0.0)
-    if i < Sq:
-        b, h = z // H, z % H
-        for d in range(2 * lane, D, 64):  # column pairs: D is even
-            at = (int64(b), int64(h), int64(i), int64(d))
-            wo = ld_global_nc_u32(global_addr(o, at))
-            wd = ld_global_nc_u32(global_addr(do, at))
+    if i < Sq and 8 * lane < D:
+        at = (int64(z // H), int64(z % H), int64(i), int64(8 * lane))
+        wo = ld_global_nc_v4_u32(global_addr(o, at))
+        wd = ld_global_nc_v4_u32(global_addr(do, at))
+        for w in range(4):
             if kind == OUT_F16:
-                o0, o1 = f16x2_to_f32x2(wo)
-                d0, d1 = f16x2_to_f32x2(wd)
+                o0, o1 = f16x2_to_f32x2(wo[w])
+                d0, d1 = f16x2_to_f32x2(wd[w])
             else:
-                o0, o1 = bf16x2_to_f32x2(wo)
-                d0, d1 = bf16x2_to_f32x2(wd)
+                o0, o1 = bf16x2_to_f32x2(wo[w])
+                d0, d1 = bf16x2_to_f32x2(wd[w])
             total += o0 * d0 + o1 * d1
     for width in (16, 8, 4, 2, 1):
         total += cuda.shfl_xor_sync(0xFFFFFFFF, total, width)
@@ -269,7 +269,6 @@ def _attention_bwd_preprocess_kernel(o, do, lse, kind, lse2, delta, Sq, D):
             if x != float32(-math.inf):
                 ell = x * float32(LOG2E)
         lse2[z, i] = ell
-
 
 # -- host entries ----------------------------------------------------------------------------
 
