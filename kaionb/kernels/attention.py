@@ -190,20 +190,29 @@ _BWD_ARRAYS = ("uint16[:, :, :, :], uint16[:, :, :, :], uint16[:, :, :, :], "
 _BWD_SCALARS = "int32, int32, int32, int32, int32, int32, float32, float32)"
 
 
-def make_attention_bwd_kernels(operand: str, DP: int):
+def make_attention_bwd_kernels(operand: str, DP: int, key_tiles=None, query_tiles=None):
     """The backward's two main kernels for one operand type and head dimension: (dK/dV
-    over grid (key tiles, Hkv, B), dQ over grid (query tiles, Hq, B)). Arguments: q, k,
-    v, dO (uint16 bits, 4-D, any strides), ℓ2 and Δ ([B·Hq, SQ_PAD] float32, from
+    over grid (key tiles, Hkv, B), dQ over grid (query tiles, Hq, B)); the geometries
+    default to ``BWD_KEY_TILES[DP]`` and ``BWD_QUERY_TILES[DP]``. Arguments: q, k, v, dO
+    (uint16 bits, 4-D, any strides), ℓ2 and Δ ([B·Hq, SQ_PAD] float32, from
     :func:`_attention_bwd_preprocess_kernel`), the outputs as (f32, uint16) pairs, then
-    kind, Sq, Sk, D, G, causal, scale·log2(e), scale."""
-    key_blk = KeyBlock(operand, DP, *BWD_KEY_TILES[DP])
-    query_blk = QueryBlock(operand, DP, *BWD_QUERY_TILES[DP])
+    kind, Sq, Sk, D, G, causal, scale·log2(e), scale.
+
+    The names carry the geometry: the kernel cache keys a kernel by its name and its own
+    closure's constants, which do not see the blocks' (a sweep's variants of one name
+    would load each other's cubins)."""
+    key_tiles = BWD_KEY_TILES[DP] if key_tiles is None else key_tiles
+    query_tiles = BWD_QUERY_TILES[DP] if query_tiles is None else query_tiles
+    key_blk = KeyBlock(operand, DP, *key_tiles)
+    query_blk = QueryBlock(operand, DP, *query_tiles)
+    key_geometry = "q{}k{}c{}{}".format(*key_tiles[:3], "r" if key_tiles[3] else "")
+    query_geometry = "n{}w{}".format(*query_tiles)
     key_block, query_block = key_blk.block, query_blk.block
     BN, BM = key_blk.BN, query_blk.BM
     pair = "float32[:, :, :, :], uint16[:, :, :, :], "
 
     @kernel(["void(" + _BWD_ARRAYS + pair + pair + _BWD_SCALARS],
-            name=f"_attention_bwd_dkdv_kernel_{operand}_d{DP}",
+            name=f"_attention_bwd_dkdv_kernel_{operand}_d{DP}_{key_geometry}",
             max_dynamic_shared_bytes=key_blk.SHARED_BYTES, launch_bounds=key_blk.THREADS)
     def _attention_bwd_dkdv_kernel(q, k, v, do, lse2, delta, dk32, dk16, dv32, dv16, kind,
                                    Sq, Sk, D, G, causal, scale_log2, scale):
@@ -213,7 +222,7 @@ def make_attention_bwd_kernels(operand: str, DP: int):
                   int32(cuda.blockIdx.x) * BN)
 
     @kernel(["void(" + _BWD_ARRAYS + pair + _BWD_SCALARS],
-            name=f"_attention_bwd_dq_kernel_{operand}_d{DP}",
+            name=f"_attention_bwd_dq_kernel_{operand}_d{DP}_{query_geometry}",
             max_dynamic_shared_bytes=query_blk.SHARED_BYTES, launch_bounds=query_blk.THREADS)
     def _attention_bwd_dq_kernel(q, k, v, do, lse2, delta, dq32, dq16, kind, Sq, Sk, D, G,
                                  causal, scale_log2, scale):
