@@ -178,11 +178,14 @@ def _attention_combine_kernel(ws, ws_lse, out32, out16, lse, kind, splits, B, D)
 # Backward (FlashAttention-2 with saved statistics, deterministic; .helpers.attention_bwd).
 # Per head dimension: the dK/dV block's (query rows per streamed tile, key warps, warps
 # sharing 16 keys, K/V fragments in registers) and the dQ block's (keys per tile, warps);
-# chosen so that no variant spills (ptxas -v, sm_80 … sm_90a) and each fits sm_89's
-# 99 KB of shared memory.
+# none spills (ptxas -v, sm_80 … sm_90a) and each fits sm_89's 99 KB of shared memory.
+# Measured on the H100 (benchmarks/attention_bwd_sweep.py, docs/perf-log-attention.md
+# #11): at D = 128 every other candidate was slower (up to 1.5×); at D = 64 the dQ block
+# with 128-key tiles took the backward from 10.1 to 9.3 ms. Wider and narrower heads are
+# not tuned.
 BWD_KEY_TILES = {32: (64, 4, 1, True), 64: (64, 4, 1, True), 96: (32, 4, 1, False),
                  128: (32, 4, 1, False), 192: (32, 2, 3, False), 256: (32, 2, 2, False)}
-BWD_QUERY_TILES = {32: (64, 4), 64: (64, 4), 96: (64, 4), 128: (64, 4), 192: (32, 4),
+BWD_QUERY_TILES = {32: (64, 4), 64: (128, 4), 96: (64, 4), 128: (64, 4), 192: (32, 4),
                    256: (16, 4)}
 PREPROCESS_WARPS = 4
 _BWD_ARRAYS = ("uint16[:, :, :, :], uint16[:, :, :, :], uint16[:, :, :, :], "
