@@ -716,7 +716,13 @@ def test_batched_and_vector_operands_follow_numpy(dtype, shape_a, shape_b, trans
     got = out.get()
     assert got.shape == ref.shape
     tol = TOL.get(np.dtype(dtype), F32_TOL["highest"])
-    assert relative_error(got, ref) < tol if ref.size else True
+    if ref.ndim == 0:
+        # An inner product of random vectors may cancel to near 0: its rounding error is
+        # bounded relative to Σ|a_i·b_i|, not to the result (a fresh draw failed at 5e-2).
+        scale = float(np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        assert abs(float(got) - float(ref)) / scale < tol
+    else:
+        assert relative_error(got, ref) < tol if ref.size else True
     assert mm.matmul(da, db).dtype == np.dtype(dtype)
 
 
