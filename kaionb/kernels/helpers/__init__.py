@@ -10,6 +10,10 @@
                      loaders and staged store every attention block shares
 - :mod:`.attention_wgmma`  the same block on Hopper's wgmma (sm_90a), P as the register
                      operand of P·V, softmax overlapped with P·V
+- :mod:`.attention_bwd`  FlashAttention backward blocks (mma.sync): dK/dV per key tile,
+                     dQ per query tile, from the forward's lse, deterministic
+- :mod:`.warp_mma`   a warp's strip GEMMs (16 rows) on the swizzled panel tiles: A·Bᵀ and
+                     P·B with P from registers
 - :mod:`.gemm_block` one block's mma.sync GEMM tile: mainloop, split-K fold, stores
 - :mod:`.int8`       symmetric INT8 quantization arithmetic, per-row quantization by a block
 - :mod:`.int4`       the packed INT4 (GPTQ) weight layout, its conversion into mma fragments,
