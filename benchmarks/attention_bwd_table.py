@@ -18,16 +18,13 @@ import json
 import sys
 
 import kaionb
+from attention_table import SHAPES as FORWARD_SHAPES
 from attention_table import sdpa
 from matmul_table import bench_ms
 
-SHAPES = {
-    # name: (B, Hq, Hkv, Sq, Sk, D, causal)
-    "b4h16s4096d128": (4, 16, 16, 4096, 4096, 128, False),
-    "b4h16s4096d128-causal": (4, 16, 16, 4096, 4096, 128, True),
-    "b4h32s4096d64": (4, 32, 32, 4096, 4096, 64, False),
-    "b16h16s1024d128": (16, 16, 16, 1024, 1024, 128, False),
-}
+# The forward table's prefill shapes (B, Hq, Hkv, Sq, Sk, D, causal).
+SHAPES = {name: FORWARD_SHAPES[name] for name in
+          ("b4h16s4096d128", "b4h16s4096d128-causal", "b4h32s4096d64", "b16h16s1024d128")}
 FWD_BWD_FACTOR = 3.5
 
 
