@@ -55,7 +55,7 @@ def main():
     kdef = KernelDef(_double_kernel, ["void(float32[::1], float32[::1])"],
                      name="_bench_double_kernel")
     compiled = kdef[0]
-    kx, kout = kaionb.asarray(host), kaionb.empty(N)
+    kx, kout = kaionb.asarray(host), kaionb.empty(N, np.float32)
 
     dispatcher = cuda.jit(_double_kernel)
     nx, nout = cuda.to_device(host), cuda.device_array(N, np.float32)

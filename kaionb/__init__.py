@@ -3,18 +3,83 @@
 The public API is NumPy-style; this module only re-exports it.
 """
 
+import numpy as _np
+
 from ._device import Stream, current_stream, gpu_available, stream
 from .array import (
     DeviceArray,
     asarray,
     bfloat16,
+    broadcast_to,
     empty,
     empty_like,
+    expand_dims,
+    flip,
     from_dlpack,
     full,
+    moveaxis,
+    permute_dims,
+    reshape,
+    squeeze,
     zeros,
     zeros_like,
 )
+from .kernels.creation import (
+    arange,
+    concatenate,
+    eye,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    stack,
+)
+from .kernels.elementwise import (
+    abs,
+    add,
+    bitwise_and,
+    bitwise_invert,
+    bitwise_or,
+    bitwise_xor,
+    ceil,
+    clip,
+    cos,
+    divide,
+    equal,
+    exp,
+    floor,
+    floor_divide,
+    greater,
+    greater_equal,
+    isfinite,
+    isinf,
+    isnan,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    positive,
+    pow,
+    remainder,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    subtract,
+    tanh,
+    where,
+)
+from .kernels.indexing import take
 from .graphs import Graph, graph
 from .kernels.attention import (
     attention,
@@ -47,49 +112,26 @@ from .kernels.softmax import softmax
 from . import grad, random
 
 __version__ = "0.1.0"
+__array_api_version__ = "2023.12"
 
-__all__ = [
-    "DeviceArray",
-    "Graph",
-    "Int4Weight",
-    "Stream",
-    "asarray",
-    "attention",
-    "attention_bwd",
-    "attention_flash",
-    "attention_flash_causal",
-    "attention_tc",
-    "attention_tc_causal",
-    "bfloat16",
-    "current_stream",
-    "dequantize_int4",
-    "dequantize_int8",
-    "empty",
-    "empty_like",
-    "from_dlpack",
-    "full",
-    "fused_silu_gate",
-    "gelu",
-    "gpu_available",
-    "graph",
-    "grad",
-    "layer_norm",
-    "matmul",
-    "matmul_int4",
-    "matmul_int8",
-    "pack_int4",
-    "qkv_project_int4",
-    "qkv_project_int8",
-    "matmul_tc",
-    "matmul_tc_async",
-    "matmul_tc_bf16",
-    "matmul_tc_bf16_async",
-    "quantize_int4",
-    "quantize_int8",
-    "random",
-    "rms_norm",
-    "softmax",
-    "stream",
-    "zeros",
-    "zeros_like",
-]
+# The array API's dtype objects and constants (NumPy's: kaionb arrays carry NumPy dtypes).
+float64, float32, float16 = _np.dtype(_np.float64), _np.dtype(_np.float32), _np.dtype(_np.float16)
+int64, int32, int16, int8 = (_np.dtype(t) for t in (_np.int64, _np.int32, _np.int16, _np.int8))
+uint64, uint32, uint16, uint8 = (_np.dtype(t) for t in (_np.uint64, _np.uint32, _np.uint16,
+                                                         _np.uint8))
+bool = _np.dtype(_np.bool_)  # noqa: A001  (the array API's name)
+e, pi, inf, nan = _np.e, _np.pi, _np.inf, _np.nan
+concat = concatenate  # the array API's name
+newaxis = None
+finfo, iinfo, result_type, can_cast = _np.finfo, _np.iinfo, _np.result_type, _np.can_cast
+
+
+def astype(x, dtype, /, *, copy=True):
+    """The array API's ``astype``: ``x`` converted on the device (``copy=False`` returns
+    ``x`` itself when it already has ``dtype``)."""
+    if not copy and x.dtype == _np.dtype(dtype):
+        return x
+    return x.astype(dtype)
+
+__all__ = sorted(name for name, value in globals().items() if not name.startswith("_")
+                 and (type(value) is not type(_np) or name in ("grad", "random")))

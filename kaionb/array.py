@@ -32,7 +32,7 @@ from ._device import (
 # The element types kaionb stores. Half types are NumPy dtypes through ml_dtypes.
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
     np.float64, np.float32, np.float16, ml_dtypes.bfloat16,
-    np.int64, np.int32, np.uint32, np.int16, np.uint16, np.int8, np.uint8, np.bool_))
+    np.int64, np.uint64, np.int32, np.uint32, np.int16, np.uint16, np.int8, np.uint8, np.bool_))
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
 # DLPack device types (dlpack.h): what counts as memory a kernel may touch.
@@ -93,6 +93,76 @@ def _contiguous_strides(shape, itemsize) -> tuple[int, ...]:
         strides.append(step)
         step *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def _is_array_index(k) -> bool:
+    """Whether a subscript entry is an array (integer indices or a boolean mask)."""
+    return not isinstance(k, (slice, int, np.integer, type(None), type(Ellipsis))) and (
+        isinstance(k, (DeviceArray, np.ndarray, list)) or hasattr(k, "__cuda_array_interface__")
+        or hasattr(k, "__dlpack__"))
+
+
+def _reshape_strides(shape, strides, new_shape):
+    """Strides that walk a non-empty (shape, strides) array in C order as ``new_shape``, or
+    None when no such strides exist (NumPy's no-copy reshape rule): each group of old
+    axes that multiplies to a group of new axes must be contiguous within itself."""
+    old = [(d, s) for d, s in zip(shape, strides) if d != 1]
+    new_strides = [0] * len(new_shape)
+    oi = ni = 0
+    while ni < len(new_shape) and oi < len(old):
+        n_size, o_size = new_shape[ni], old[oi][0]
+        nj, oj = ni + 1, oi + 1
+        while n_size != o_size:
+            if n_size < o_size:
+                n_size *= new_shape[nj]
+                nj += 1
+            else:
+                o_size *= old[oj][0]
+                oj += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+            return None
+        new_strides[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            new_strides[k - 1] = new_strides[k] * new_shape[k]
+        ni, oi = nj, oj
+    for k in range(ni, len(new_shape)):  # trailing size-1 axes: any stride walks them
+        new_strides[k] = new_strides[ni - 1] if ni else 0
+    return tuple(new_strides)
+
+
+def _binary_operator(name: str, *, reflected: bool = False, in_place: bool = False):
+    """A DeviceArray operator running elementwise op ``name`` (in place: into self)."""
+    if in_place:
+        def operator_method(self, other):
+            return _kernel("elementwise")(name, self, other, out=self)
+    elif reflected:
+        def operator_method(self, other):
+            return _kernel("elementwise")(name, other, self)
+    else:
+        def operator_method(self, other):
+            return _kernel("elementwise")(name, self, other)
+    return operator_method
+
+
+class Flags:
+    """What NumPy's ``ndarray.flags`` says about contiguity."""
+
+    __slots__ = ("c_contiguous", "f_contiguous")
+
+    def __init__(self, c_contiguous: bool, f_contiguous: bool):
+        self.c_contiguous = c_contiguous
+        self.f_contiguous = f_contiguous
+
+    def __getitem__(self, name: str) -> bool:
+        key = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous", "CONTIGUOUS": "c_contiguous",
+               "F_CONTIGUOUS": "f_contiguous", "F": "f_contiguous",
+               "FORTRAN": "f_contiguous"}.get(name.upper())
+        if key is None:
+            raise KeyError(f"DeviceArray.flags: unknown flag {name!r}")
+        return getattr(self, key)
+
+    def __repr__(self) -> str:
+        return f"  C_CONTIGUOUS : {self.c_contiguous}\n  F_CONTIGUOUS : {self.f_contiguous}"
 
 
 class DeviceArray:
@@ -176,6 +246,151 @@ class DeviceArray:
     def __rmatmul__(self, other):
         return _kernel("matmul")(other, self)
 
+    # -- arithmetic: operators are kaionb.kernels.elementwise ops (NumPy broadcasting and
+    # promotion); NumPy arrays on the left defer to us (``__array_ufunc__ = None``).
+    __array_ufunc__ = None
+    __hash__ = None  # == is elementwise, as NumPy's: arrays are not hashable
+
+    __add__ = _binary_operator("add")
+    __radd__ = _binary_operator("add", reflected=True)
+    __iadd__ = _binary_operator("add", in_place=True)
+    __sub__ = _binary_operator("subtract")
+    __rsub__ = _binary_operator("subtract", reflected=True)
+    __isub__ = _binary_operator("subtract", in_place=True)
+    __mul__ = _binary_operator("multiply")
+    __rmul__ = _binary_operator("multiply", reflected=True)
+    __imul__ = _binary_operator("multiply", in_place=True)
+    __truediv__ = _binary_operator("divide")
+    __rtruediv__ = _binary_operator("divide", reflected=True)
+    __itruediv__ = _binary_operator("divide", in_place=True)
+    __floordiv__ = _binary_operator("floor_divide")
+    __rfloordiv__ = _binary_operator("floor_divide", reflected=True)
+    __ifloordiv__ = _binary_operator("floor_divide", in_place=True)
+    __mod__ = _binary_operator("remainder")
+    __rmod__ = _binary_operator("remainder", reflected=True)
+    __imod__ = _binary_operator("remainder", in_place=True)
+    __pow__ = _binary_operator("pow")
+    __rpow__ = _binary_operator("pow", reflected=True)
+    __ipow__ = _binary_operator("pow", in_place=True)
+    __and__ = _binary_operator("bitwise_and")
+    __rand__ = _binary_operator("bitwise_and", reflected=True)
+    __iand__ = _binary_operator("bitwise_and", in_place=True)
+    __or__ = _binary_operator("bitwise_or")
+    __ror__ = _binary_operator("bitwise_or", reflected=True)
+    __ior__ = _binary_operator("bitwise_or", in_place=True)
+    __xor__ = _binary_operator("bitwise_xor")
+    __rxor__ = _binary_operator("bitwise_xor", reflected=True)
+    __ixor__ = _binary_operator("bitwise_xor", in_place=True)
+    __eq__ = _binary_operator("equal")
+    __ne__ = _binary_operator("not_equal")
+    __lt__ = _binary_operator("less")
+    __le__ = _binary_operator("less_equal")
+    __gt__ = _binary_operator("greater")
+    __ge__ = _binary_operator("greater_equal")
+
+    def __neg__(self):
+        return _kernel("elementwise")("negative", self)
+
+    def __pos__(self):
+        return _kernel("elementwise")("positive", self)
+
+    def __abs__(self):
+        return _kernel("elementwise")("abs", self)
+
+    def __invert__(self):
+        return _kernel("elementwise")("bitwise_invert", self)
+
+    # -- reductions (kaionb.kernels.reductions; NumPy's result dtypes) -----------------------
+    def sum(self, axis=None, *, dtype=None, keepdims=False, out=None):
+        return _kernel("sum")(self, axis, dtype=dtype, keepdims=keepdims, out=out)
+
+    def prod(self, axis=None, *, dtype=None, keepdims=False, out=None):
+        return _kernel("prod")(self, axis, dtype=dtype, keepdims=keepdims, out=out)
+
+    def mean(self, axis=None, *, keepdims=False, out=None):
+        return _kernel("mean")(self, axis, keepdims=keepdims, out=out)
+
+    def var(self, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
+        return _kernel("var")(self, axis, correction=correction, ddof=ddof, keepdims=keepdims,
+                              out=out)
+
+    def std(self, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
+        return _kernel("std")(self, axis, correction=correction, ddof=ddof, keepdims=keepdims,
+                              out=out)
+
+    def max(self, axis=None, *, keepdims=False, out=None):
+        return _kernel("max")(self, axis, keepdims=keepdims, out=out)
+
+    def min(self, axis=None, *, keepdims=False, out=None):
+        return _kernel("min")(self, axis, keepdims=keepdims, out=out)
+
+    def argmax(self, axis=None, *, keepdims=False, out=None):
+        return _kernel("argmax")(self, axis, keepdims=keepdims, out=out)
+
+    def argmin(self, axis=None, *, keepdims=False, out=None):
+        return _kernel("argmin")(self, axis, keepdims=keepdims, out=out)
+
+    def any(self, axis=None, *, keepdims=False, out=None):
+        return _kernel("any")(self, axis, keepdims=keepdims, out=out)
+
+    def all(self, axis=None, *, keepdims=False, out=None):
+        return _kernel("all")(self, axis, keepdims=keepdims, out=out)
+
+    # -- host scalars: each is an explicit device-to-host copy of one element -------------
+    def item(self):
+        """The single element as a Python number (copies it to the host)."""
+        if self.size != 1:
+            raise ValueError(f"DeviceArray.item: can only convert an array of size 1 to a "
+                             f"Python scalar, got size {self.size}")
+        return self.get().reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer arrays can be used as an index, got dtype "
+                            f"{self.dtype}")
+        return int(self._scalar("index"))
+
+    def _scalar(self, what: str):
+        if self.size != 1:
+            raise TypeError(f"{what}(): only arrays of size 1 can be converted to Python "
+                            f"scalars, got size {self.size}")
+        return self.item()
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d DeviceArray")
+        return (self[i] for i in range(self.shape[0]))
+
+    @property
+    def flags(self) -> "Flags":
+        """Contiguity, as NumPy's ``ndarray.flags`` names it (``a.flags.c_contiguous``,
+        ``a.flags["C_CONTIGUOUS"]``)."""
+        return Flags(self.is_c_contiguous, self.transpose().is_c_contiguous)
+
+    @property
+    def mT(self) -> "DeviceArray":
+        """The last two axes swapped (the array API's matrix transpose)."""
+        if self.ndim < 2:
+            raise ValueError(f"mT: needs at least 2 dimensions, got {self.ndim}")
+        axes = list(range(self.ndim))
+        axes[-2], axes[-1] = axes[-1], axes[-2]
+        return self.transpose(axes)
+
+    def __array_namespace__(self, *, api_version=None):
+        """The kaionb module: the Python array API namespace this array belongs to."""
+        if api_version not in (None, "2023.12", "2022.12", "2021.12"):
+            raise ValueError(f"__array_namespace__: api_version {api_version!r} is not "
+                             f"supported (kaionb implements 2023.12)")
+        import kaionb
+
+        return kaionb
+
     # -- views --------------------------------------------------------------------------
     def _view(self, shape, strides, offset_bytes=0, dtype=None) -> "DeviceArray":
         return DeviceArray(tuple(shape), dtype or self.dtype, tuple(strides),
@@ -193,7 +408,8 @@ class DeviceArray:
         return self._view([self.shape[a] for a in axes], [self.strides[a] for a in axes])
 
     def reshape(self, *shape) -> "DeviceArray":
-        """A view when the memory layout allows it (C-contiguous), else a contiguous copy."""
+        """A view when the memory layout allows it (as NumPy decides), else a contiguous
+        copy."""
         if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
             shape = tuple(shape[0])
         shape = list(shape)
@@ -210,8 +426,23 @@ class DeviceArray:
         if math.prod(shape) != self.size:
             raise ValueError(f"reshape: cannot reshape array of size {self.size} into shape "
                              f"{shape}")
-        source = self if self.is_c_contiguous else self.copy()
-        return source._view(shape, _contiguous_strides(shape, self.itemsize))
+        if self.is_c_contiguous or self.size == 0:
+            return self._view(shape, _contiguous_strides(shape, self.itemsize))
+        strides = _reshape_strides(self.shape, self.strides, shape)
+        if strides is None:  # the walk crosses axes that are not contiguous: copy
+            return self.copy().reshape(shape)
+        return self._view(shape, strides)
+
+    def squeeze(self, axis=None) -> "DeviceArray":
+        return squeeze(self, axis)
+
+    def ravel(self) -> "DeviceArray":
+        """1-D: a view when contiguous, else a copy (as NumPy)."""
+        return self.reshape(-1)
+
+    def flatten(self) -> "DeviceArray":
+        """A 1-D copy."""
+        return self.copy().reshape(-1)
 
     def view(self, dtype) -> "DeviceArray":
         """The same bytes read as another dtype of the same itemsize (e.g. bf16 as uint16)."""
@@ -222,9 +453,12 @@ class DeviceArray:
         return self._view(self.shape, self.strides, dtype=dt)
 
     def __getitem__(self, key) -> "DeviceArray":
-        """Basic indexing (ints, slices with steps, ``...``, ``None``): always a view."""
+        """Basic indexing (ints, slices with steps, ``...``, ``None``) is a view; an integer
+        array or a boolean mask in the subscript gathers a copy (kaionb.kernels.indexing)."""
         if not isinstance(key, tuple):
             key = (key,)
+        if any(_is_array_index(k) for k in key):
+            return _kernel("take")(self, key)
         n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
         if sum(1 for k in key if k is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
@@ -262,6 +496,11 @@ class DeviceArray:
                                  f"..., None); got {type(k).__name__}")
             axis += 1
         return self._view(shape, strides, offset if math.prod(shape) else 0)
+
+    def __setitem__(self, key, value) -> None:
+        """``a[key] = value``: any subscript ``__getitem__`` takes; ``value`` a scalar or an
+        array broadcast to the selection, converted to a's dtype (kaionb.kernels.indexing)."""
+        _kernel("setitem")(self, key, value)
 
     # -- copies and conversion ------------------------------------------------------------
     def copy(self) -> "DeviceArray":
@@ -404,7 +643,7 @@ def _order_streams(producer: int, consumer: int) -> None:
 
 # -- creation --------------------------------------------------------------------------------
 
-def empty(shape, dtype=np.float32) -> DeviceArray:
+def empty(shape, dtype=np.float64) -> DeviceArray:
     """Uninitialised device memory from the stream-ordered allocator, on the current stream
     (while the stream captures a CUDA graph: the graph's own memory, see :func:`_allocate`)."""
     shape = normalize_shape(shape, "empty")
@@ -444,9 +683,9 @@ def _allocate(nbytes: int):
     return graph_allocator().allocate(nbytes, stream=stream.as_core()), device_id
 
 
-def zeros(shape, dtype=np.float32) -> DeviceArray:
+def zeros(shape, dtype=np.float64) -> DeviceArray:
     """A new C-contiguous device array of ``shape`` filled with zeros (one stream-ordered
-    memset). ``dtype`` defaults to float32."""
+    memset). ``dtype`` defaults to float64, as NumPy's."""
     out = empty(shape, dtype)
     if out.size:
         from cuda.bindings import driver
@@ -527,10 +766,6 @@ def _from_host(obj, dtype) -> DeviceArray:
     except (ValueError, TypeError) as exc:
         raise TypeError(f"asarray: cannot convert {type(obj).__name__} to an array: {exc}") \
             from None
-    if host.dtype == np.float64 and dtype is None and not isinstance(obj, np.ndarray):
-        host = host.astype(np.float32)  # Python floats → float32, the GPU's working type
-    if host.dtype == np.int64 and dtype is None and not isinstance(obj, np.ndarray):
-        host = host.astype(np.int32)
     normalize_dtype(host.dtype, "asarray")
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
@@ -580,13 +815,105 @@ def _from_foreign(obj, *, copy) -> DeviceArray:
     return DeviceArray(shape, dt, strides, int(view.ptr), view, view.device_id)
 
 
+# -- views: shape functions that never copy ---------------------------------------------------
+
+def _axis_index(op: str, axis, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (numbers.Integral, np.integer)):
+        raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__}")
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(f"{op}: axis {axis} is out of bounds for array of "
+                                      f"dimension {ndim}")
+    return int(axis) % ndim
+
+
+def broadcast_to(x: DeviceArray, /, shape) -> DeviceArray:
+    """A read-only-by-convention view of ``x`` with ``shape`` (stride 0 along stretched
+    axes), as ``np.broadcast_to``."""
+    shape = normalize_shape(shape, "broadcast_to")
+    pad = len(shape) - x.ndim
+    if pad < 0 or any(d != n and d != 1 for d, n in zip(x.shape, shape[pad:])):
+        raise ValueError(f"broadcast_to: operands could not be broadcast together with "
+                         f"remapped shapes [original->remapped]: {x.shape} and requested "
+                         f"shape {shape}")
+    strides = (0,) * pad + tuple(0 if d != n else s
+                                 for d, n, s in zip(x.shape, shape[pad:], x.strides))
+    return x._view(shape, strides)
+
+
+def expand_dims(x: DeviceArray, /, axis=0) -> DeviceArray:
+    """A view with a new size-1 axis at ``axis`` (of the result)."""
+    axis = _axis_index("expand_dims", axis, x.ndim + 1)
+    return x._view(x.shape[:axis] + (1,) + x.shape[axis:],
+                   x.strides[:axis] + (0,) + x.strides[axis:])
+
+
+def squeeze(x: DeviceArray, /, axis=None) -> DeviceArray:
+    """A view without the size-1 axes ``axis`` (None: all of them)."""
+    if axis is None:
+        axes = {i for i, d in enumerate(x.shape) if d == 1}
+    else:
+        axes = {_axis_index("squeeze", a, x.ndim)
+                for a in (axis if isinstance(axis, tuple) else (axis,))}
+        for a in sorted(axes):
+            if x.shape[a] != 1:
+                raise ValueError(f"squeeze: cannot select an axis to squeeze out which has "
+                                 f"size not equal to one (axis {a} has size {x.shape[a]})")
+    keep = [i for i in range(x.ndim) if i not in axes]
+    return x._view([x.shape[i] for i in keep], [x.strides[i] for i in keep])
+
+
+def flip(x: DeviceArray, /, *, axis=None) -> DeviceArray:
+    """A view with the order of elements along ``axis`` (None: every axis) reversed."""
+    axes = range(x.ndim) if axis is None else {
+        _axis_index("flip", a, x.ndim) for a in (axis if isinstance(axis, tuple) else (axis,))}
+    key = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(x.ndim))
+    return x[key]
+
+
+def moveaxis(x: DeviceArray, source, destination, /) -> DeviceArray:
+    """A view with axes ``source`` moved to ``destination`` (ints or tuples)."""
+    src = source if isinstance(source, tuple) else (source,)
+    dst = destination if isinstance(destination, tuple) else (destination,)
+    if len(src) != len(dst):
+        raise ValueError("moveaxis: `source` and `destination` arguments must have the same "
+                         "number of elements")
+    src = [_axis_index("moveaxis", a, x.ndim) for a in src]
+    dst = [_axis_index("moveaxis", a, x.ndim) for a in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError("moveaxis: repeated axis")
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return x.transpose(order)
+
+
+def permute_dims(x: DeviceArray, /, axes) -> DeviceArray:
+    """The array API's name for ``x.transpose(axes)``."""
+    return x.transpose(axes)
+
+
+def reshape(x: DeviceArray, /, shape, *, copy=None) -> DeviceArray:
+    """``x.reshape(shape)``: a view when the layout allows, else a copy (``copy=False``
+    refuses the copy with ValueError, ``copy=True`` always copies)."""
+    if copy:
+        return x.copy().reshape(shape)
+    if copy is False and not x.is_c_contiguous and x.size > 1:
+        raise ValueError(f"reshape: cannot reshape an array of shape {x.shape} and strides "
+                         f"{x.strides} without a copy (copy=False)")
+    return x.reshape(shape)
+
+
 # -- the kernels DeviceArray uses ------------------------------------------------------------
 #
 # Every kernel module imports this one, so this one never imports them: the few kernels a
 # DeviceArray method needs register themselves here when their module is imported
 # (kaionb/__init__ imports them all).
 
-KERNEL_HOOKS = ("copy_convert", "matmul")  # converting/strided copies; ``a @ b``
+KERNEL_HOOKS = (
+    "copy_convert", "matmul",  # converting/strided copies; ``a @ b``
+    "elementwise", "take", "setitem",  # operators, integer/boolean indexing
+    "sum", "prod", "mean", "max", "min", "argmax", "argmin", "var", "std", "any", "all",
+)
 _HOOKED: dict = {}
 
 

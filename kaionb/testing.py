@@ -8,12 +8,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .array import DeviceArray, _contiguous_strides, bfloat16, empty, normalize_dtype
 
 # A made-up device address for metadata-only arrays (never dereferenced).
 _FAKE_PTR = 0x7F0000000000
+_FAKE_SPACING = 1 << 32  # each header its own address range: no two of them overlap
+_fake_count = itertools.count()
 
 # Relative-error tolerances against a float64 reference, for element-wise ops and
 # reductions that accumulate in float32. Half types sit at their rounding (2^-11, 2^-8),
@@ -52,7 +56,8 @@ def metadata_array(shape, dtype=np.float32, *, device_id=0) -> DeviceArray:
     views) that must run without a GPU. Launching a kernel on it is a bug."""
     dt = normalize_dtype(dtype, "metadata_array")
     shape = tuple(shape)
-    return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), _FAKE_PTR, None,
+    ptr = _FAKE_PTR + next(_fake_count) % 4096 * _FAKE_SPACING
+    return DeviceArray(shape, dt, _contiguous_strides(shape, dt.itemsize), ptr, None,
                        device_id)
 
 

@@ -70,4 +70,6 @@ def test_kernel_compiles_and_assembles(kdef, signature, cc, arch):
     # Local memory (spills, or a local array the compiler could not keep in registers) is a
     # performance bug in every kernel we ship.
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
-    assert report["stack_frame"] == 0, report
+    # (A kernel that names its reason — libdevice's sin/cos keep a table for huge
+    # arguments there — may have a stack frame, but never spills.)
+    assert report["stack_frame"] == 0 or kdef.local_memory, report

@@ -16,7 +16,7 @@ from numba import cuda
 import kaionb
 from kaionb import _kernel_cache as kernel_cache
 from kaionb import _toolchain, showcase
-from kaionb.kernels import elementwise, launch
+from kaionb.kernels import creation, launch
 
 SIGNATURE = "void(float32[::1])"
 
@@ -196,12 +196,12 @@ def test_find_ptxas_falls_back_to_path(monkeypatch, tmp_path):
 
 
 _SECOND_PROCESS = """
-from kaionb.kernels import elementwise, launch
+from kaionb.kernels import creation, launch
 calls = []
 real = launch.compile_ptx
 launch.compile_ptx = lambda *a, **k: calls.append(a) or real(*a, **k)
 launch.CompiledKernel = lambda kdef, signature, entry, cubin: None
-kdef = elementwise._add_fwd_kernel
+kdef = creation._RAMP_KERNELS[creation.np.dtype("float32")]
 kdef._build(kdef.signatures[0], (8, 0))
 print(len(calls))
 """
@@ -225,15 +225,15 @@ def no_gpu(monkeypatch):
 def test_showcase_prints_rows_and_reuses_the_cache(cache_dir, compiles, no_gpu, monkeypatch,
                                                    capsys):
     hopper_only = next(k for k in launch.all_kernels() if k.arch_specific)
-    small = [elementwise._add_fwd_kernel, hopper_only]  # the second has no sm_80 row
+    small = [creation._RAMP_KERNELS[np.dtype(np.float32)], hopper_only]  # the second has no sm_80 row
     monkeypatch.setattr(showcase, "all_kernels", lambda: small)
 
     assert showcase.main(["--arch", "sm_80"]) == 0
     first = capsys.readouterr().out
     assert len(compiles) == 1
-    assert "_add_fwd_kernel" in first and hopper_only.name not in first
+    assert "_ramp_float32_kernel" in first and hopper_only.name not in first
     assert "1 compilations: about" in first  # the estimate comes before any row
-    assert first.index("1 compilations: about") < first.index("_add_fwd_kernel")
+    assert first.index("1 compilations: about") < first.index("_ramp_float32_kernel")
     assert "1 of 1 compilations assembled" in first
 
     assert showcase.main(["--arch", "sm_80"]) == 0

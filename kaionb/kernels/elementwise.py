@@ -1,140 +1,365 @@
-"""Strided copy with dtype conversion (the kernel behind DeviceArray.copy / astype / fill),
-and the float32 sum the tape uses to accumulate gradients.
+"""Elementwise ops — arithmetic, comparisons, math functions, ``where``, ``clip``, and the
+converting copies behind ``astype`` / ``copy`` / ``fill`` — from one kernel factory.
 
-dst[i] = convert(src[i]) over up to four (collapsed) dimensions with arbitrary byte strides.
-Half types travel as uint16 bit patterns and convert through PTX ``cvt`` (round to nearest
-even); other types convert through numba's own casts. One kernel per (source, destination)
-storage pair, made by one factory. Copies of the same dtype move raw bits (one kernel per
-element size), so every dtype gets strided copies.
+Host side, once per call signature (then :func:`~kaionb.kernels.op.fast_path` replays it):
+
+1. Types as NumPy: ``ufunc.resolve_dtypes`` gives the loop's dtype and the result's, with
+   NEP 50's weak Python scalars and NumPy's own TypeError for combinations it refuses.
+   One deliberate difference: a Python scalar keeps a bfloat16 array bfloat16 (NumPy,
+   through ml_dtypes, makes ``bf16 + 2.0`` float32).
+2. Shapes broadcast as NumPy; each array operand becomes a view of the output's shape
+   with stride 0 along broadcast axes, and :func:`_collapse` merges the axes that are
+   contiguous in every operand.
+3. A kernel is picked by (op, operand dtypes and kinds, loop dtype, output dtype,
+   layout) and made on first use (:func:`_elementwise_kernel`):
+
+   - ``flat``: every array operand contiguous along one collapsed axis. A grid-stride
+     loop in which each thread issues ``UNROLL`` coalesced loads per operand before it
+     computes and stores, so a warp keeps several memory requests in flight.
+   - ``strided``: up to four collapsed axes with any byte strides (broadcasts, transposes,
+     slices, negative steps). A 2-D grid: x runs along the last axis, y over the rows
+     formed by the others, whose indices are divided out once per row, not per element.
+
+Operands are arrays or scalars (passed as kernel arguments in the loop's compute type,
+rounded to the loop dtype first); every kernel has three operand slots, unused ones an
+``int32`` 0 that no code reads. Elements are decoded to the loop's compute type
+(:mod:`.helpers.dtypes`: halves in float32), computed by :mod:`.helpers.scalar_math` with
+NumPy's semantics, and encoded to the output's storage.
+
+An output that overlaps an input other than element for element (``a[1:] += a[:-1]``)
+gets a copy of that input first, as NumPy does.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, float64, uint16, uint32
+from numba import cuda
 
 from .._device import multiprocessor_count
-from ..array import bfloat16, register_kernel
-from ..ptx_patches import (bf16x2_to_f32x2, cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32, device_function,
-                           f16x2_to_f32x2)
-from ..validation import as_array, check_same_device, check_shape, fail
-from .launch import kernel
-from .op import ANY_LAYOUT, C_CONTIGUOUS, Plan, fast_path, output, run
+from ..array import DeviceArray, bfloat16, empty, register_kernel
+from ..ptx_patches import device_function
+from ..validation import as_array, fail
+from .helpers.dtypes import (BOOL, HALF_DTYPES, compute_type, converter, encode, host_scalar,
+                             scalar_type_name, storage)
+from .helpers.scalar_math import scalar_op
+from .launch import KernelDef, kernel_family
+from .op import Plan, fast_path, record, run
 
 THREADS = 256
-# Enough resident blocks to cover the H100 (132 SMs × 8 blocks of 256 threads) in one wave;
-# a grid-stride loop takes the rest.
+UNROLL = 4  # loads in flight per operand per thread in the flat kernel
+# Enough resident blocks to cover an H100 (132 SMs) in one wave; a grid-stride loop
+# takes the rest.
 BLOCKS_PER_SM = 8
 MAX_DIMS = 4
+MAX_GRID_Y = 65535
+
+
+class Ufunc(NamedTuple):
+    """A public elementwise op: its NumPy ufunc (the type rules), the scalar_math function
+    name, and the number of inputs."""
+
+    numpy: object
+    scalar: str
+    nin: int
+
+
+UFUNCS = {
+    "add": Ufunc(np.add, "add", 2),
+    "subtract": Ufunc(np.subtract, "subtract", 2),
+    "multiply": Ufunc(np.multiply, "multiply", 2),
+    "divide": Ufunc(np.true_divide, "true_divide", 2),
+    "floor_divide": Ufunc(np.floor_divide, "floor_divide", 2),
+    "remainder": Ufunc(np.remainder, "remainder", 2),
+    "pow": Ufunc(np.power, "power", 2),
+    "maximum": Ufunc(np.maximum, "maximum", 2),
+    "minimum": Ufunc(np.minimum, "minimum", 2),
+    "equal": Ufunc(np.equal, "equal", 2),
+    "not_equal": Ufunc(np.not_equal, "not_equal", 2),
+    "less": Ufunc(np.less, "less", 2),
+    "less_equal": Ufunc(np.less_equal, "less_equal", 2),
+    "greater": Ufunc(np.greater, "greater", 2),
+    "greater_equal": Ufunc(np.greater_equal, "greater_equal", 2),
+    "bitwise_and": Ufunc(np.bitwise_and, "bitwise_and", 2),
+    "bitwise_or": Ufunc(np.bitwise_or, "bitwise_or", 2),
+    "bitwise_xor": Ufunc(np.bitwise_xor, "bitwise_xor", 2),
+    "logical_and": Ufunc(np.logical_and, "logical_and", 2),
+    "logical_or": Ufunc(np.logical_or, "logical_or", 2),
+    "logical_xor": Ufunc(np.logical_xor, "logical_xor", 2),
+    "negative": Ufunc(np.negative, "negative", 1),
+    "positive": Ufunc(np.positive, "positive", 1),
+    "abs": Ufunc(np.absolute, "absolute", 1),
+    "square": Ufunc(np.square, "square", 1),
+    "sign": Ufunc(np.sign, "sign", 1),
+    "bitwise_invert": Ufunc(np.invert, "invert", 1),
+    "logical_not": Ufunc(np.logical_not, "logical_not", 1),
+    "exp": Ufunc(np.exp, "exp", 1),
+    "log": Ufunc(np.log, "log", 1),
+    "sqrt": Ufunc(np.sqrt, "sqrt", 1),
+    "rsqrt": Ufunc(np.sqrt, "rsqrt", 1),  # not a NumPy ufunc: sqrt's type rules
+    "sin": Ufunc(np.sin, "sin", 1),
+    "cos": Ufunc(np.cos, "cos", 1),
+    "tanh": Ufunc(np.tanh, "tanh", 1),
+    "sigmoid": Ufunc(np.tanh, "sigmoid", 1),  # tanh's type rules (ints -> floats)
+    "floor": Ufunc(np.floor, "floor", 1),
+    "ceil": Ufunc(np.ceil, "ceil", 1),
+    "isnan": Ufunc(np.isnan, "isnan", 1),
+    "isinf": Ufunc(np.isinf, "isinf", 1),
+    "isfinite": Ufunc(np.isfinite, "isfinite", 1),
+    "clip": Ufunc(np._core.umath.clip, "clip", 3),
+    "where": Ufunc(None, "where", 3),  # types: bool condition, result_type of the others
+    "copy": Ufunc(None, "copy", 1),  # astype / copy: the loop is the output's dtype
+}
+
+
+# -- device side -----------------------------------------------------------------------------
+
+def _kind(dt: np.dtype) -> str:
+    return "f" if dt.kind == "f" or dt in HALF_DTYPES else dt.kind
+
+
+def _compute_fn(name: str, loop: np.dtype):
+    """The three-slot device function computing op ``name`` on loop dtype ``loop``."""
+    kind, T = _kind(loop), compute_type(loop)
+    if name == "copy":
+        @device_function
+        def fn(a, b, c):
+            return a
+    elif name == "where":
+        @device_function
+        def fn(c, a, b):
+            return a if c else b
+    elif name == "clip":
+        hi_fn, lo_fn = scalar_op("minimum", kind, T), scalar_op("maximum", kind, T)
+
+        @device_function
+        def fn(x, lo, hi):
+            return hi_fn(lo_fn(x, lo), hi)
+    elif UFUNCS[name].nin == 1:
+        op = scalar_op(UFUNCS[name].scalar, kind, T)
+
+        @device_function
+        def fn(a, b, c):
+            return op(a)
+    else:
+        op = scalar_op(UFUNCS[name].scalar, kind, T)
+
+        @device_function
+        def fn(a, b, c):
+            return op(a, b)
+    return fn
 
 
 @device_function
-def _f16_bits_to_f32(bits):
-    return f16x2_to_f32x2(uint32(bits))[0]
-
-
-@device_function
-def _bf16_bits_to_f32(bits):
-    return bf16x2_to_f32x2(uint32(bits))[0]
-
-
-@device_function
-def _f32_to_f16_bits(x):
-    return uint16(cvt_rn_f16x2_f32(float32(x), float32(0.0)) & 0xFFFF)
-
-
-@device_function
-def _f32_to_bf16_bits(x):
-    return uint16(cvt_rn_bf16x2_f32(float32(x), float32(0.0)) & 0xFFFF)
-
-
-@device_function
-def _to_f32(x):
-    return float32(x)
-
-
-@device_function
-def _to_f64(x):
-    return float64(x)
-
-
-@device_function
-def _identity(x):
+def _unused_flat(x, i):
     return x
 
 
-# name -> (numba storage type, decode to a float, encode from a float)
-_FLOAT_STORAGE = {
-    np.dtype(np.float32): ("float32", _to_f32, _to_f32),
-    np.dtype(np.float64): ("float64", _to_f64, _to_f64),
-    np.dtype(np.float16): ("uint16", _f16_bits_to_f32, _f32_to_f16_bits),
-    bfloat16: ("uint16", _bf16_bits_to_f32, _f32_to_bf16_bits),
-}
-# Integer sources convert to any float (int8 → floats for dequantization and tests).
-_INT_SOURCES = {np.dtype(t): (np.dtype(t).name, _identity)
-                for t in (np.int8, np.uint8, np.int32)}
-_BITS_BY_SIZE = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+@device_function
+def _unused_strided(x, i0, i1, i2, i3):
+    return x
 
 
-def _array_type(storage: str) -> str:
-    return f"{storage}[:, :, :, :]"
+def _flat_loader(src: np.dtype | None, loop: np.dtype):
+    """x[i] decoded to ``loop``'s compute type; a scalar (``src`` None) is itself."""
+    if src is None:
+        return _unused_flat
+    conv = converter(src, loop)
+
+    @device_function
+    def load(x, i):
+        return conv(x[i])
+    return load
 
 
-def _make_copy_convert_kernel(name, decode, encode, src_storage, dst_storage):
-    @kernel([f"void({_array_type(src_storage)}, {_array_type(dst_storage)})"], name=name)
-    def _copy_convert_fwd_kernel(src, dst):
-        n = dst.size
-        d1, d2, d3 = dst.shape[1], dst.shape[2], dst.shape[3]
-        i = cuda.grid(1)
-        step = cuda.gridsize(1)
+def _strided_loader(src: np.dtype | None, loop: np.dtype):
+    if src is None:
+        return _unused_strided
+    conv = converter(src, loop)
+
+    @device_function
+    def load(x, i0, i1, i2, i3):
+        return conv(x[i0, i1, i2, i3])
+    return load
+
+
+def _make_flat(name, fn, loads, enc):
+    ld0, ld1, ld2 = loads
+    span = THREADS * UNROLL
+
+    def _elementwise_flat_kernel(x0, x1, x2, out, n):
+        i = cuda.blockIdx.x * span + cuda.threadIdx.x
+        step = cuda.gridDim.x * span
         while i < n:
-            i3 = i % d3
-            rest = i // d3
-            i2 = rest % d2
-            rest //= d2
-            i1 = rest % d1
-            i0 = rest // d1
-            dst[i0, i1, i2, i3] = encode(decode(src[i0, i1, i2, i3]))
+            j1 = i + THREADS
+            j2 = i + 2 * THREADS
+            j3 = i + 3 * THREADS
+            if j3 < n:  # the whole unrolled group: every load issued before any store
+                a0, a1, a2, a3 = ld0(x0, i), ld0(x0, j1), ld0(x0, j2), ld0(x0, j3)
+                b0, b1, b2, b3 = ld1(x1, i), ld1(x1, j1), ld1(x1, j2), ld1(x1, j3)
+                c0, c1, c2, c3 = ld2(x2, i), ld2(x2, j1), ld2(x2, j2), ld2(x2, j3)
+                out[i] = enc(fn(a0, b0, c0))
+                out[j1] = enc(fn(a1, b1, c1))
+                out[j2] = enc(fn(a2, b2, c2))
+                out[j3] = enc(fn(a3, b3, c3))
+            else:
+                j = i
+                while j < n:
+                    out[j] = enc(fn(ld0(x0, j), ld1(x1, j), ld2(x2, j)))
+                    j += THREADS
             i += step
 
-    return _copy_convert_fwd_kernel
+    return _elementwise_flat_kernel
 
 
-def _build_copy_convert_kernels():
-    """Keyed ("bits", itemsize) for same-dtype copies, (source, destination) dtypes else."""
-    kernels = {}
-    for size, storage in _BITS_BY_SIZE.items():
-        kernels[("bits", size)] = _make_copy_convert_kernel(
-            f"_copy_convert_fwd_kernel_bits{size * 8}", _identity, _identity, storage, storage)
-    sources = {dt: (storage, decode) for dt, (storage, decode, _) in _FLOAT_STORAGE.items()}
-    sources.update(_INT_SOURCES)
-    for src_dt, (src_storage, decode) in sources.items():
-        for dst_dt, (dst_storage, _, encode) in _FLOAT_STORAGE.items():
-            if src_dt != dst_dt:
-                kernels[(src_dt, dst_dt)] = _make_copy_convert_kernel(
-                    f"_copy_convert_fwd_kernel_{src_dt.name}_to_{dst_dt.name}", decode, encode,
-                    src_storage, dst_storage)
-    return kernels
+def _make_strided(name, fn, loads, enc):
+    ld0, ld1, ld2 = loads
+
+    def _elementwise_strided_kernel(x0, x1, x2, out, rows, d1, d2):
+        inner = out.shape[3]
+        col0 = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        col_step = cuda.gridDim.x * cuda.blockDim.x
+        r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+        while r < rows:
+            i2 = r % d2
+            rest = r // d2
+            i1 = rest % d1
+            i0 = rest // d1
+            j = col0
+            while j < inner:
+                out[i0, i1, i2, j] = enc(fn(ld0(x0, i0, i1, i2, j), ld1(x1, i0, i1, i2, j),
+                                            ld2(x2, i0, i1, i2, j)))
+                j += col_step
+            r += cuda.gridDim.y * cuda.blockDim.y
+
+    return _elementwise_strided_kernel
 
 
-_COPY_CONVERT_KERNELS = _build_copy_convert_kernels()
+class KernelKey(NamedTuple):
+    """What one elementwise kernel is specialized on. ``operands``: per slot, the array's
+    dtype or None for a scalar (or an unused slot)."""
+
+    op: str
+    operands: tuple
+    loops: tuple  # per slot, the dtype its value is computed as (None: unused slot)
+    out: np.dtype
+    layout: str  # "flat" or "strided"
 
 
-@kernel(["void(float32[::1], float32[::1], float32[::1])"])
-def _add_fwd_kernel(a, b, out):
-    i = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while i < out.size:
-        out[i] = a[i] + b[i]
-        i += step
+_KERNELS: dict = {}
+# libdevice's sinf/cosf (and sin/cos) reduce |x| > ~1e5 with Payne-Hanek, which keeps its
+# partial products in a 28-byte local array: a stack frame only those arguments touch.
+_TRIG_LOCAL_MEMORY = "libdevice sin/cos range reduction for huge arguments"
 
 
-def _grid_stride_blocks(size: int) -> int:
-    """Blocks of THREADS for a grid-stride loop over ``size`` elements: one element per
-    thread, at most one resident wave."""
-    return min(math.ceil(size / THREADS), multiprocessor_count() * BLOCKS_PER_SM)
+def _elementwise_kernel(key: KernelKey) -> KernelDef:
+    kdef = _KERNELS.get(key)
+    if kdef is not None:
+        return kdef
+    flat = key.layout == "flat"
+    make_load = _flat_loader if flat else _strided_loader
+    result_loop = key.loops[1] if key.op == "where" else key.loops[0]
+    fn = _compute_fn(key.op, result_loop)
+    loads = tuple(make_load(src, loop) if loop is not None else
+                  (_unused_flat if flat else _unused_strided)
+                  for src, loop in zip(key.operands, key.loops))
+    dims = "[::1]" if flat else "[:, :, :, :]"
+    args = []
+    for src, loop in zip(key.operands, key.loops):
+        if src is not None:
+            args.append(storage(src) + dims)
+        else:
+            args.append("int32" if loop is None else scalar_type_name(loop))
+    args.append(storage(key.out) + dims)
+    args += ["int64"] if flat else ["int64", "int64", "int64"]
+    tag = "_".join("s" if s is None else s.name for s in key.operands)
+    loops = "_".join("x" if lp is None else lp.name for lp in key.loops)
+    name = f"_elementwise_{key.op}_{tag}_as_{loops}_to_{key.out.name}_{key.layout}_kernel"
+    maker = _make_flat if flat else _make_strided
+    kdef = KernelDef(maker(name, fn, loads, encode(key.out)), [f"void({', '.join(args)})"],
+                     name=name, registered=False,
+                     local_memory=_TRIG_LOCAL_MEMORY if key.op in ("sin", "cos") else None)
+    _KERNELS[key] = kdef
+    return kdef
+
+
+# -- host side: types ------------------------------------------------------------------------
+
+_PY_SCALARS = (bool, int, float)
+_RESOLVED: dict = {}
+
+
+def _operand_type(x):
+    """What NumPy's type resolution gets for an operand: a dtype, or the Python type of a
+    weak scalar."""
+    if isinstance(x, DeviceArray):
+        return x.dtype
+    if type(x) is bool:
+        return BOOL
+    if type(x) in (int, float):
+        return type(x)
+    return np.asarray(x).dtype  # NumPy scalars are typed (strong)
+
+
+def resolve(name: str, types: tuple) -> tuple:
+    """(loop dtype per input, output dtype) for op ``name`` on operand ``types``, as NumPy
+    resolves them; NumPy's TypeError, prefixed with the op's name, when it refuses."""
+    key = (name, types)
+    hit = _RESOLVED.get(key)
+    if hit is not None:
+        return hit
+    # ml_dtypes' bfloat16 has no weak-scalar rule: a Python number joins it as bfloat16.
+    values = types[1:] if name == "where" else types  # a condition does not join
+    if any(t == bfloat16 for t in values if isinstance(t, np.dtype)):
+        types_np = tuple(bfloat16 if t in (int, float) else t for t in types)
+    else:
+        types_np = types
+    try:
+        if name == "where":
+            result = np.result_type(*(_weak_value(t) for t in types_np[1:]))
+            loops, out = (BOOL, result, result), result
+        elif name == "copy":
+            raise AssertionError("copy has no type resolution")  # its loop is the output's
+        else:
+            dts = UFUNCS[name].numpy.resolve_dtypes(types_np + (None,))
+            loops, out = tuple(dts[:-1]), dts[-1]
+    except TypeError as exc:
+        raise TypeError(f"{name}: {exc}") from None
+    _RESOLVED[key] = loops, out
+    return loops, out
+
+
+def _weak_value(t):
+    """An argument np.result_type treats as ``t``: a dtype, or a Python scalar of the type."""
+    return t(0) if t in (int, float) else t
+
+
+def _check_scalar(name: str, value, loop: np.dtype):
+    """A Python int must fit an integer loop (NumPy's OverflowError otherwise)."""
+    if type(value) is int and loop.kind in "iu":
+        info = np.iinfo(loop)
+        if not info.min <= value <= info.max:
+            raise OverflowError(f"{name}: Python integer {value} out of bounds for {loop}")
+
+
+# -- host side: shapes and layouts -----------------------------------------------------------
+
+def broadcast_shape(name: str, shapes) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def _broadcast_view(x: DeviceArray, shape: tuple) -> DeviceArray:
+    """``x`` seen with ``shape`` (already checked to broadcast): stride 0 on new and
+    stretched axes."""
+    pad = len(shape) - x.ndim
+    strides = [0] * pad + [0 if d == 1 and n != 1 else s
+                           for d, n, s in zip(x.shape, shape[pad:], x.strides)]
+    return x._view(shape, strides)
 
 
 def _collapse(shape, *stride_sets):
@@ -150,66 +375,318 @@ def _collapse(shape, *stride_sets):
     return [d for d, _ in merged], [[st[k] for _, st in merged] for k in range(len(stride_sets))]
 
 
+def _span(a: DeviceArray) -> tuple:
+    lo = hi = a.ptr
+    for d, st in zip(a.shape, a.strides):
+        if d > 1:
+            if st < 0:
+                lo += (d - 1) * st
+            else:
+                hi += (d - 1) * st
+    return lo, hi + a.itemsize
+
+
+def _needs_copy(x: DeviceArray, out: DeviceArray) -> bool:
+    """Whether reading ``x`` while writing ``out`` could read an element already written:
+    shared memory that is not the very same element walk."""
+    if not x.size or not out.size:
+        return False
+    (lo, hi), (olo, ohi) = _span(x), _span(out)
+    if hi <= olo or ohi <= lo:
+        return False
+    return not (x.ptr == out.ptr and x.strides == out.strides and x.dtype == out.dtype)
+
+
+# -- host side: the op -----------------------------------------------------------------------
+
+def _grid_stride_blocks(size: int, per_thread: int = 1) -> int:
+    """Blocks of THREADS for a grid-stride loop over ``size`` elements, ``per_thread`` each:
+    at most one resident wave."""
+    return max(1, min(math.ceil(size / (THREADS * per_thread)),
+                      multiprocessor_count() * BLOCKS_PER_SM))
+
+
 @fast_path
-def copy_convert_fwd(src, *, out):
-    """Validate; launch unless empty: ``out[...] = src`` converted to out's dtype (same
-    shape, any strides on either side). Returns ``out``."""
-    src = as_array("copy", "src", src)
-    op = "copy" if src.dtype == out.dtype else "astype"
-    out = output(op, out, src.shape, out.dtype, device=src.device_id, layout=ANY_LAYOUT)
-    key = ("bits", src.itemsize) if src.dtype == out.dtype else (src.dtype, out.dtype)
-    kdef = _COPY_CONVERT_KERNELS.get(key)
-    if kdef is None:
-        fail(TypeError, op, "dtype", "a conversion kaionb has (floats ↔ floats; int8, uint8, "
-             "int32 → floats)", f"{src.dtype} → {out.dtype}")
-    return run(_copy_convert_launch, op, kdef, src, out=out)
+def elementwise_fwd(name, x0, x1=None, x2=None, *, out=None, dtype=None):
+    """Validate, resolve types, shapes and ``out``; launch unless empty. ``dtype``: the
+    output dtype of a ``copy`` (astype)."""
+    spec = UFUNCS.get(name)
+    if spec is None:
+        raise ValueError(f"elementwise: unknown op {name!r}")
+    operands = [x for x in (x0, x1, x2)][:spec.nin]
+    for i, x in enumerate(operands):
+        # Python numbers are weak scalars, NumPy scalars typed ones (NEP 50); anything
+        # else becomes an array (zero-copy for GPU memory).
+        if not isinstance(x, DeviceArray) and not (
+                type(x) in _PY_SCALARS or isinstance(x, np.generic)):
+            operands[i] = as_array(name, f"x{i + 1}", x)
+    arrays = [x for x in operands if isinstance(x, DeviceArray)]
+    if name == "copy":
+        loops, out_dt = (np.dtype(dtype),), np.dtype(dtype)
+    else:
+        loops, out_dt = resolve(name, tuple(_operand_type(x) for x in operands))
+    for x, loop in zip(operands, loops):
+        _check_scalar(name, x, loop)
+    if name == "pow" and type(operands[1]) is int and operands[1] < 0 and loops[1].kind in "iu":
+        raise ValueError("pow: Integers to negative integer powers are not allowed.")
+    shape = broadcast_shape(name, [x.shape for x in arrays])
+    devices = {x.device_id for x in arrays}
+    if len(devices) > 1:
+        fail(ValueError, name, "x2", f"device {arrays[0].device_id} (where 'x1' is)",
+             f"devices {sorted(devices)}")
+    device = arrays[0].device_id if arrays else 0
+    if out is None:
+        out = empty(shape, out_dt)
+    else:
+        out = _check_out(name, out, shape, out_dt, device)
+    operands = [x.copy() if isinstance(x, DeviceArray) and _needs_copy(x, out) else x
+                for x in operands]
+    return run(_elementwise_launch, name, tuple(operands), loops, out=out)
 
 
-def _copy_convert_launch(op, kdef, src, out):
-    """One launch over both arrays' layouts, collapsed to at most MAX_DIMS axes."""
-    shape, (src_strides, dst_strides) = _collapse(src.shape, src.strides, out.strides)
-    if len(shape) > MAX_DIMS:
-        fail(ValueError, op, "src", f"a layout of at most {MAX_DIMS} strided dimensions "
-             "(make the source contiguous first)",
-             f"{len(shape)} (shape {src.shape}, strides {src.strides} into {out.strides})")
-    pad = MAX_DIMS - len(shape)
-    shape = (1,) * pad + tuple(shape)
-    src4 = src._view(shape, (0,) * pad + tuple(src_strides))
-    dst4 = out._view(shape, (0,) * pad + tuple(dst_strides))
-    Plan.of(kdef, (_grid_stride_blocks(out.size),), (THREADS,)).launch(src4, dst4)
+def _check_out(name, out, shape, result_dt, device):
+    if type(out) is not DeviceArray:
+        fail(TypeError, name, "out", "a DeviceArray", type(out).__name__)
+    if len(out.shape) < len(shape) or broadcast_shape(name, [shape, out.shape]) != out.shape:
+        raise ValueError(f"{name}: non-broadcastable output operand with shape {out.shape} "
+                         f"doesn't match the broadcast shape {shape}")
+    if out.dtype != result_dt and not np.can_cast(result_dt, out.dtype, "same_kind"):
+        raise TypeError(f"{name}: Cannot cast ufunc '{name}' output from {result_dt!r} to "
+                        f"{out.dtype!r} with casting rule 'same_kind'")
+    if out.device_id != device and shape:
+        fail(ValueError, name, "out", f"device {device} (where the inputs are)",
+             f"device {out.device_id}")
+    return out
 
 
-@fast_path
-def add_fwd(a, b, *, out=None):
-    """Validate and resolve ``out``; launch unless empty. Returns ``out`` = a + b."""
-    op = "add"
-    a = as_array(op, "a", a)
-    b = as_array(op, "b", b)
-    check_shape(op, "b", b, a.shape)
-    check_same_device(op, a=a, b=b)
-    # The kernel reads contiguous float32: anything else is converted first.
-    a = a if a.dtype == np.float32 and a.is_c_contiguous else a.astype(np.float32)
-    b = b if b.dtype == np.float32 and b.is_c_contiguous else b.astype(np.float32)
-    out = output(op, out, a.shape, np.float32, device=a.device_id, layout=C_CONTIGUOUS)
-    return run(_add_launch, a, b, out=out)
+def _elementwise_launch(name, operands, loops, out):
+    """Collapse the layout; one launch (one per leading index past MAX_DIMS axes)."""
+    views = [_broadcast_view(x, out.shape) if isinstance(x, DeviceArray) else x
+             for x in operands]
+    arrays = [v for v in views if isinstance(v, DeviceArray)]
+    shape, strides = _collapse(out.shape, out.strides, *(v.strides for v in arrays))
+    out_strides, strides = strides[0], strides[1:]
+    flat = len(shape) <= 1 and all(
+        not st or st[0] == a.itemsize for a, st in zip([out] + arrays, [out_strides] + strides))
+    if flat:
+        n = shape[0] if shape else 1
+        flat_views = iter(a._view((n,), (a.itemsize,)) for a in arrays)
+        args = [next(flat_views) if isinstance(v, DeviceArray) else v for v in views]
+        _launch(name, args, loops, out._view((n,), (out.itemsize,)), "flat")
+        return
+    lead = len(shape) - MAX_DIMS
+    for index in np.ndindex(*shape[:lead]) if lead > 0 else [()]:
+        sub_shape = shape[lead:] if lead > 0 else shape
+        pad = MAX_DIMS - len(sub_shape)
+        shape4 = (1,) * pad + tuple(sub_shape)
+
+        def view4(a, st):
+            offset = sum(i * s for i, s in zip(index, st[:lead])) if lead > 0 else 0
+            tail = st[lead:] if lead > 0 else st
+            return a._view(shape4, (0,) * pad + tuple(tail), offset)
+
+        strided = iter(view4(a, st) for a, st in zip(arrays, strides))
+        args = [next(strided) if isinstance(v, DeviceArray) else v for v in views]
+        _launch(name, args, loops, view4(out, out_strides), "strided")
 
 
-def _add_launch(a, b, out):
-    flat = (out.size,)
-    Plan.of(_add_fwd_kernel, (_grid_stride_blocks(out.size),), (THREADS,)).launch(
-        a.reshape(flat), b.reshape(flat), out.reshape(flat))
+def _launch(name, args, loops, out, layout):
+    slots = list(args) + [None] * (3 - len(args))
+    loop_slots = tuple(loops) + (None,) * (3 - len(loops))
+    key = KernelKey(name, tuple(a.dtype if isinstance(a, DeviceArray) else None for a in slots),
+                    loop_slots, out.dtype, layout)
+    kdef = _elementwise_kernel(key)
+    values = [a if isinstance(a, DeviceArray) else
+              (0 if lp is None else host_scalar(a, lp)) for a, lp in zip(slots, loop_slots)]
+    if layout == "flat":
+        n = out.size
+        grid = (_grid_stride_blocks(n, UNROLL),)
+        Plan.of(kdef, grid, (THREADS,)).launch(*values, out, n)
+        return
+    d0, d1, d2, inner = out.shape
+    rows = d0 * d1 * d2
+    bx = min(THREADS, max(32, 1 << (inner - 1).bit_length()))
+    by = THREADS // bx
+    gx = min(math.ceil(inner / bx), multiprocessor_count() * BLOCKS_PER_SM)
+    gy = min(math.ceil(rows / by), MAX_GRID_Y)
+    Plan.of(kdef, (gx, gy), (bx, by)).launch(*values, out, rows, d1, d2)
+
+
+@kernel_family
+def _samples():
+    """Every op once (float32, flat), every dtype through add and copy (both layouts),
+    every scalar slot kind, and the mixed-dtype conversions."""
+    f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+    keys = []
+    for name, spec in UFUNCS.items():
+        if name in ("copy", "where"):
+            continue
+        dt = np.dtype(np.int32) if name.startswith("bitwise") else f32
+        loops, out = resolve(name, (dt,) * spec.nin)
+        keys.append(KernelKey(name, (dt,) * spec.nin + (None,) * (3 - spec.nin),
+                              loops + (None,) * (3 - spec.nin), out, "flat"))
+    ints = [np.dtype(t) for t in (np.int64, np.uint64, np.int32, np.uint32, np.int16,
+                                  np.uint16, np.int8, np.uint8)]
+    for dt in [np.dtype(np.float64), f32, f16, bfloat16, BOOL] + ints:
+        for layout in ("flat", "strided"):
+            keys.append(KernelKey("add", (dt, dt, None), (dt, dt, None), dt, layout))
+            keys.append(KernelKey("copy", (dt, None, None), (f32, None, None), f32, layout))
+    for dt in [f32, f16, np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int64)]:
+        for name in ("floor_divide", "remainder", "pow", "maximum", "less"):
+            loops, out = resolve(name, (dt, dt))
+            keys.append(KernelKey(name, (dt, dt, None), loops + (None,), out, "flat"))
+    keys.append(KernelKey("where", (BOOL, f32, None), (BOOL, f32, f32), f32, "strided"))
+    keys.append(KernelKey("clip", (f16, None, None), (f16, f16, f16), f16, "flat"))
+    keys.append(KernelKey("add", (bfloat16, np.dtype(np.int8), None),
+                          (bfloat16, bfloat16, None), bfloat16, "strided"))
+    keys.append(KernelKey("copy", (f32, None, None), (f16, None, None), f16, "strided"))
+    return [_elementwise_kernel(k) for k in dict.fromkeys(keys)]
+
+
+# -- public API ------------------------------------------------------------------------------
+
+def _unbroadcast(g, shape):
+    """The gradient of a broadcast input: ``g`` summed over the axes it was stretched on."""
+    from .reductions import sum as reduce_sum
+
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and g.shape[lead + i] != 1)
+    if axes:
+        g = reduce_sum(g, axis=axes, keepdims=True)
+        g = g.reshape(shape) if g.shape != shape else g
+    return g.astype(np.float32) if g.dtype != np.float32 else g
+
+
+def _grads(name, operands, y):
+    """The backward rule of a recorded op: g -> one gradient (or None) per operand."""
+    a, b = operands[0], operands[1] if len(operands) > 1 else None
+
+    def shape_of(x):
+        return x.shape if isinstance(x, DeviceArray) else ()
+
+    def rule(g):
+        if name == "add":
+            gs = (g, g)
+        elif name == "subtract":
+            gs = (g, negative(g))
+        elif name == "multiply":
+            gs = (multiply(g, b), multiply(g, a))
+        elif name == "divide":
+            ga = divide(g, b)
+            gs = (ga, negative(multiply(ga, divide(a, b))))
+        elif name == "exp":
+            gs = (multiply(g, y),)
+        elif name == "where":
+            c, x1, x2 = operands
+            gs = (None, where(c, g, 0.0), where(c, 0.0, g))
+        return tuple(None if gi is None or not isinstance(x, DeviceArray)
+                     else _unbroadcast(gi, shape_of(x)) for gi, x in zip(gs, operands))
+
+    return rule
+
+
+_DIFFERENTIABLE = frozenset(("add", "subtract", "multiply", "divide", "exp", "where"))
+
+
+def apply(name, *operands, out=None):
+    """Op ``name`` (a key of UFUNCS) on arrays or scalars, NumPy-style; records a backward
+    rule on the active tape for the differentiable ones."""
+    y = elementwise_fwd(name, *operands, out=out)
+    if name in _DIFFERENTIABLE:
+        record(_grads(name, operands, y), operands, (y,))
+    return y
+
+
+def _binary(name):
+    def op(x1, x2, /, *, out=None):
+        return apply(name, x1, x2, out=out)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"``{name}(x1, x2)`` elementwise with NumPy broadcasting and type "
+                  f"promotion (``np.{UFUNCS[name].numpy.__name__}``); ``out=`` writes in "
+                  "place (any layout, a same-kind cast).")
+    return op
+
+
+def _unary(name):
+    def op(x, /, *, out=None):
+        return apply(name, x, out=out)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"``{name}(x)`` elementwise, with NumPy's result dtype "
+                  f"(``np.{UFUNCS[name].numpy.__name__}``'s); ``out=`` writes in place.")
+    return op
+
+
+add = _binary("add")
+subtract = _binary("subtract")
+multiply = _binary("multiply")
+divide = _binary("divide")
+floor_divide = _binary("floor_divide")
+remainder = _binary("remainder")
+pow = _binary("pow")  # noqa: A001  (the array API's name)
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+equal = _binary("equal")
+not_equal = _binary("not_equal")
+less = _binary("less")
+less_equal = _binary("less_equal")
+greater = _binary("greater")
+greater_equal = _binary("greater_equal")
+bitwise_and = _binary("bitwise_and")
+bitwise_or = _binary("bitwise_or")
+bitwise_xor = _binary("bitwise_xor")
+logical_and = _binary("logical_and")
+logical_or = _binary("logical_or")
+logical_xor = _binary("logical_xor")
+negative = _unary("negative")
+positive = _unary("positive")
+abs = _unary("abs")  # noqa: A001
+square = _unary("square")
+sign = _unary("sign")
+bitwise_invert = _unary("bitwise_invert")
+logical_not = _unary("logical_not")
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+sin = _unary("sin")
+cos = _unary("cos")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+floor = _unary("floor")
+ceil = _unary("ceil")
+isnan = _unary("isnan")
+isinf = _unary("isinf")
+isfinite = _unary("isfinite")
+
+
+def where(condition, x1, x2, /, *, out=None):
+    """``x1`` where ``condition`` (cast to bool) else ``x2``, broadcast together; the
+    result dtype is NumPy's ``result_type(x1, x2)``."""
+    return apply("where", condition, x1, x2, out=out)
+
+
+def clip(x, /, min=None, max=None, *, out=None):  # noqa: A002  (the array API's names)
+    """``minimum(maximum(x, min), max)`` with NumPy's ``np.clip`` types; a NaN in ``x``
+    stays NaN. ``min`` / ``max`` None leave that side open."""
+    if min is None and max is None:
+        x = as_array("clip", "x", x)
+        return elementwise_fwd("copy", x, out=out, dtype=x.dtype)
+    if min is None:
+        return apply("minimum", x, max, out=out)
+    if max is None:
+        return apply("maximum", x, min, out=out)
+    return apply("clip", x, min, max, out=out)
 
 
 def copy_convert(src, dst) -> None:
     """``dst[...] = src`` converted to dst's dtype (same shape; any strides): the kernel
     behind DeviceArray.copy / astype / fill, which reach it through ``register_kernel``."""
-    copy_convert_fwd(src, out=dst)
-
-
-def add(a, b):
-    """``a + b`` for two arrays of one shape, as a new float32 array (the tape sums
-    gradients with it)."""
-    return add_fwd(a, b)
+    src = as_array("copy", "src", src)
+    if src.shape != dst.shape:
+        fail(ValueError, "copy", "dst", f"shape {src.shape}", dst.shape)
+    elementwise_fwd("copy", src, out=dst, dtype=dst.dtype)
 
 
 register_kernel("copy_convert", copy_convert)
+register_kernel("elementwise", apply)

@@ -19,6 +19,13 @@ buffer packed by one ``struct.pack_into`` call — no per-call typing.
 
 The registry (``all_kernels``) is what the CPU test walks to compile every specialization
 of every kernel for sm_80, sm_89 and sm_90a and assemble it with ptxas.
+
+Kernel *families* are the exception: the elementwise ops, reductions and gathers come in
+one kernel per (op, dtypes, layout), thousands of combinations that a process makes on
+first use (as CuPy does), from one factory each. Their kernels are built with
+``registered=False``; the family registers a ``samples`` function instead (with
+:func:`kernel_family`) that builds, through the same factory, a set covering every op,
+every dtype and every layout at least once — what ``all_kernels`` hands the ptxas test.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from .._toolchain import (
 
 # Every kernel the package defines, in definition order (the ptxas test walks this).
 KERNELS: list["KernelDef"] = []
+# Per kernel family, the function that builds its compile-checked samples (see module doc).
+KERNEL_FAMILIES: list = []
 
 # Above this, dynamic shared memory must be opted into per function (cuFuncSetAttribute).
 DEFAULT_MAX_DYNAMIC_SHARED = 48 * 1024
@@ -52,7 +61,8 @@ class KernelDef:
     """A numba.cuda kernel function plus the specializations it is launched with."""
 
     def __init__(self, pyfunc, signatures, *, name=None, arch_specific=False, min_cc=(8, 0),
-                 max_dynamic_shared_bytes=0, fastmath=False, lineinfo=False, launch_bounds=None):
+                 max_dynamic_shared_bytes=0, fastmath=False, lineinfo=False, launch_bounds=None,
+                 registered=True, local_memory=None):
         if not signatures:
             raise ValueError(f"kernel {pyfunc.__name__}: at least one signature is required")
         self.pyfunc = pyfunc
@@ -62,9 +72,12 @@ class KernelDef:
         self.min_cc = tuple(min_cc)
         self.max_dynamic_shared_bytes = max_dynamic_shared_bytes
         self.options = dict(fastmath=fastmath, lineinfo=lineinfo, launch_bounds=launch_bounds)
+        # Why this kernel may have a stack frame (the ptxas test refuses one otherwise).
+        self.local_memory = local_memory
         self._compiled: dict[tuple, CompiledKernel] = {}
         self._lock = threading.Lock()
-        KERNELS.append(self)
+        if registered:  # a family member made on first use is checked through its samples
+            KERNELS.append(self)
 
     def check_archs(self) -> dict[tuple, str]:
         """The CHECK_ARCHS this kernel is meant to compile for."""
@@ -264,12 +277,23 @@ def _scalar_format(ty, kernel_name: str) -> str:
     raise TypeError(f"kernel {kernel_name}: unsupported argument type {ty} for the fast launch path")
 
 
+def kernel_family(samples):
+    """Decorator for a kernel family's ``samples()`` -> list of KernelDefs, built by the
+    family's factory (see the module doc); returns ``samples`` unchanged."""
+    KERNEL_FAMILIES.append(samples)
+    return samples
+
+
 def all_kernels() -> list[KernelDef]:
-    """Every kernel in the package: imports every module under kaionb.kernels first."""
+    """Every kernel in the package, and each kernel family's samples: imports every module
+    under kaionb.kernels first."""
     package = importlib.import_module("kaionb.kernels")
     for info in pkgutil.walk_packages(package.__path__, prefix="kaionb.kernels."):
         importlib.import_module(info.name)
-    return list(KERNELS)
+    kernels = list(KERNELS)
+    for samples in KERNEL_FAMILIES:
+        kernels.extend(k for k in samples() if k not in kernels)
+    return kernels
 
 
 # -- PTX → cubin ----------------------------------------------------------------------------

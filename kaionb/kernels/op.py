@@ -181,6 +181,11 @@ def fast_path(fwd):
         key = _signature(fwd, args, kwargs, arrays)
         if key is None:
             return fwd(*args, **kwargs)
+        if len(arrays) > 1 and len({id(a) for a in arrays}) < len(arrays):
+            # One array passed twice (``a += b``: input and out): the signature says which
+            # arguments are the same object, so a replay finds the same aliasing.
+            first = {}
+            key = (*key, tuple(first.setdefault(id(a), i) for i, a in enumerate(arrays)))
         replays = STATE.calls
         if replays is None:
             replays = STATE.calls = {}
@@ -366,8 +371,10 @@ def _span(array) -> tuple:
 
 def _overlapping(arrays) -> bool:
     """Whether two distinct non-empty arrays share memory: a pointer inside both could
-    not be told apart (a replay with separate arrays would read the wrong one)."""
-    spans = sorted(_span(a) for a in arrays if a.size)
+    not be told apart (a replay with separate arrays would read the wrong one). The same
+    array object twice is one array (the signature records that aliasing)."""
+    unique = {id(a): a for a in arrays}.values()
+    spans = sorted(_span(a) for a in unique if a.size)
     return any(nxt[0] < prev[1] for prev, nxt in zip(spans, spans[1:]))
 
 
