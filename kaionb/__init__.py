@@ -80,6 +80,19 @@ from .kernels.elementwise import (
     where,
 )
 from .kernels.indexing import take
+from .kernels.reductions import (
+    all,
+    any,
+    argmax,
+    argmin,
+    max,
+    mean,
+    min,
+    prod,
+    std,
+    sum,
+    var,
+)
 from .graphs import Graph, graph
 from .kernels.attention import (
     attention,

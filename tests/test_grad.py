@@ -6,7 +6,12 @@ import pytest
 
 import kaionb
 from kaionb import grad
-from kaionb.kernels.elementwise import add
+from kaionb.kernels.elementwise import elementwise_fwd
+
+
+def add(a, b):
+    """a + b without the op's own tape rule (these tests record their own)."""
+    return elementwise_fwd("add", a, b)
 from kaionb.testing import assert_close, random_array, tolerance
 
 

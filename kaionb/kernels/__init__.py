@@ -5,4 +5,4 @@ Importing the package loads the two modules whose kernels DeviceArray methods ru
 elementwise (copy, astype, fill) and matmul (``a @ b``) — so they register with
 kaionb.array's hook before any array needs them (array.py never imports kernels)."""
 
-from . import creation, elementwise, indexing, matmul  # noqa: F401  (they register on import)
+from . import creation, elementwise, indexing, matmul, reductions  # noqa: F401 (register on import)

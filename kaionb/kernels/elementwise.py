@@ -314,7 +314,7 @@ def resolve(name: str, types: tuple) -> tuple:
     # ml_dtypes' bfloat16 has no weak-scalar rule: a Python number joins it as bfloat16.
     values = types[1:] if name == "where" else types  # a condition does not join
     if any(t == bfloat16 for t in values if isinstance(t, np.dtype)):
-        types_np = tuple(bfloat16 if t in (int, float) else t for t in types)
+        types_np = tuple(bfloat16 if t is int or t is float else t for t in types)
     else:
         types_np = types
     try:
@@ -334,7 +334,7 @@ def resolve(name: str, types: tuple) -> tuple:
 
 def _weak_value(t):
     """An argument np.result_type treats as ``t``: a dtype, or a Python scalar of the type."""
-    return t(0) if t in (int, float) else t
+    return t(0) if t is int or t is float else t  # (np.dtype("f8") == float is True)
 
 
 def _check_scalar(name: str, value, loop: np.dtype):

@@ -144,7 +144,9 @@ def take_fwd(x, indices, *, axis=None, out=None):
 
 
 def _gather_launch(x, idx, axis, out):
-    src = _three_axes(x, axis) or _three_axes(x.copy(), axis)
+    src = _three_axes(x, axis)
+    if src is None:  # outer or inner axes that do not merge: gather from a copy
+        src = _three_axes(x.copy(), axis)
     flat_idx = idx.reshape(-1)
     dst = out if out.is_c_contiguous else None
     target = dst if dst is not None else out.copy()
@@ -213,7 +215,12 @@ def _split(x: DeviceArray, key):
         pos = next(i for i, k in enumerate(key) if _is_array_index(k))
     view = x[key[:pos] + (slice(None),) * width + key[pos + 1:]]
     axis = sum(1 for k in key[:pos] if k is None or isinstance(k, slice))
-    return view, axis, index, is_mask
+    # NumPy counts integer entries as advanced indices too: when they and the array are
+    # not one run of the subscript, the array's axes go first in the result.
+    advanced = [i for i, k in enumerate(key) if i == pos or (
+        isinstance(k, (numbers.Integral, np.integer)) and not isinstance(k, bool))]
+    lead = advanced != list(range(advanced[0], advanced[-1] + 1))
+    return view, axis, index, is_mask, lead
 
 
 def _mask_indices(op: str, view: DeviceArray, axis: int, mask):
@@ -235,12 +242,18 @@ def _mask_indices(op: str, view: DeviceArray, axis: int, mask):
 
 def getitem(x: DeviceArray, key) -> DeviceArray:
     """``x[key]`` for a subscript holding an integer array or a boolean mask."""
-    view, axis, index, is_mask = _split(x, key)
+    view, axis, index, is_mask, lead = _split(x, key)
     if is_mask:
         merged, flat = _mask_indices("__getitem__", view, axis, index)
-        return take_fwd(merged, flat, axis=axis)
-    idx = _as_index_array("__getitem__", index, view.shape[axis] if view.ndim else 0)
-    return take_fwd(view, idx, axis=axis)
+        out, width = take_fwd(merged, flat, axis=axis), 1
+    else:
+        idx = _as_index_array("__getitem__", index, view.shape[axis] if view.ndim else 0)
+        out, width = take_fwd(view, idx, axis=axis), idx.ndim
+    if lead and axis:
+        from ..array import moveaxis
+
+        out = moveaxis(out, tuple(range(axis, axis + width)), tuple(range(width)))
+    return out
 
 
 def setitem(x: DeviceArray, key, value) -> None:
@@ -254,7 +267,10 @@ def setitem(x: DeviceArray, key, value) -> None:
         if view.size:
             elementwise_fwd("copy", value, out=view, dtype=x.dtype)
         return
-    view, axis, index, is_mask = _split(x, key)
+    view, axis, index, is_mask, lead = _split(x, key)
+    if lead and axis:
+        raise IndexError("__setitem__: an integer and an array index separated by a slice "
+                         "is not supported on the left of '=' (NumPy moves their axes first)")
     if is_mask and tuple(index.shape) == x.shape and \
             isinstance(value, (bool, int, float, np.generic)):
         # The scalar in x's dtype (a weak Python number keeps x's dtype in where).

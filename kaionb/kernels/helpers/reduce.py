@@ -1,4 +1,5 @@
-"""Warp and block reductions (sum, max) over float32 values.
+"""Warp and block reductions: sum and max over float32 values, and factories for any
+associative merge over (value, index) pairs of any numeric type.
 
 Warp level: a butterfly of ``shfl.xor`` (numba's ``cuda.shfl_xor_sync``): after the five
 steps (offsets 16, 8, 4, 2, 1) every lane holds the result, so no broadcast is needed.
@@ -9,11 +10,21 @@ through ``scratch[0]``. Every thread of the block must call a block reduction, a
 block size must be a multiple of 32 (a partial warp would make the full-mask shuffle
 undefined). The trailing barrier lets the caller reuse ``scratch`` at once.
 
+The pair factories (:func:`warp_pair_reducer`, :func:`block_pair_reducer`) serve the
+reductions of kernels/reductions.py: ``merge(v, i, w, j) -> (v, i)`` combines two values
+with their indices (argmax keeps the index of the winner). With ``indexed=False`` (sum,
+max, ...) the index is not exchanged — a shuffle is never dropped as dead code, even when
+its result goes unused. The reduction can run over *groups* of lanes: with ``lowest = g``
+the butterfly stops at offset g, so lanes that differ below g (a column tile of g threads
+per warp row) keep separate results.
+
 Plain numba, but the CUDA simulator has no warp shuffles: under
 ``NUMBA_ENABLE_CUDASIM=1`` they raise AttributeError (``shfl_xor_sync``).
 """
 
-from numba import cuda, float32
+import functools
+
+from numba import cuda, float32, int32, int64, types
 
 from kaionb.ptx_patches import device_function
 
@@ -84,3 +95,67 @@ def block_max(x, scratch):
     result = scratch[0]
     cuda.syncthreads()
     return result
+
+
+def _shuffle_type(value_type):
+    """The type a ``value_type`` value crosses ``shfl.sync`` as: numba shuffles only 32-
+    and 64-bit ints and floats; narrower ints widen to int32 and come back truncated,
+    unsigned ints travel as the signed int of their width (the bits are unchanged)."""
+    if isinstance(value_type, types.Float):
+        return value_type
+    return int64 if value_type.bitwidth == 64 else int32
+
+
+@functools.cache
+def warp_pair_reducer(merge, value_type, indexed=True):
+    """Device function ``(v, i, lowest) -> (v, i)``: ``merge`` of the (value, index) pairs
+    of the lanes that differ only in the bits of ``lowest`` and above (``lowest`` a power
+    of two <= 16: 1 merges the whole warp, g keeps g separate results in lanes that differ
+    below g). Every lane gets its group's result. ``merge`` must be associative and
+    commutative (a butterfly pairs lanes in no fixed order); ``value_type`` is v's numba
+    type, i is int64. ``indexed=False``: only values travel (``merge`` ignores j)."""
+    carrier = _shuffle_type(value_type)
+
+    @device_function
+    def warp_reduce_pairs(v, i, lowest):
+        offset = 16
+        while offset >= lowest:
+            w = value_type(cuda.shfl_xor_sync(FULL_MASK, carrier(v), offset))
+            j = cuda.shfl_xor_sync(FULL_MASK, i, offset) if indexed else i
+            v, i = merge(v, i, w, j)
+            offset >>= 1
+        return v, i
+
+    return warp_reduce_pairs
+
+
+@functools.cache
+def block_pair_reducer(merge, value_type, indexed=True):
+    """Device function ``(v, i, group, sv, si) -> (v, i)``: ``merge`` over the threads of
+    the block whose linear thread index (x fastest) is congruent modulo ``group`` (a power
+    of two <= 32; 1: the whole block). The result is valid in the threads with linear index
+    < group, the group's first threads. ``sv`` / ``si``: shared arrays (value_type, int64)
+    of at least ``group`` x (warps in the block) elements. Every thread of the block must
+    call it; block size a multiple of 32. ``indexed``: as for :func:`warp_pair_reducer`."""
+    warp_reduce_pairs = warp_pair_reducer(merge, value_type, indexed)
+
+    @device_function
+    def block_reduce_pairs(v, i, group, sv, si):
+        lin = int32(cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.x)
+        lane = lin % 32
+        warp = lin // 32
+        warps = int32(cuda.blockDim.x * cuda.blockDim.y) // 32
+        v, i = warp_reduce_pairs(v, i, group)
+        if lane < group:
+            sv[warp * group + lane] = v
+            if indexed:
+                si[warp * group + lane] = i
+        cuda.syncthreads()
+        if lin < group:  # warp 0's lanes already hold its part
+            for w in range(1, warps):
+                j = si[w * group + lin] if indexed else i
+                v, i = merge(v, i, sv[w * group + lin], j)
+        cuda.syncthreads()
+        return v, i
+
+    return block_reduce_pairs
