@@ -109,7 +109,7 @@ def test_rms_norm_row_slice(n):
 
 @gpu
 def test_rms_norm_empty_and_deterministic():
-    assert rms_norm(kaionb.empty((0, 64)), kaionb.asarray(np.ones(64, np.float32))).shape == (0, 64)
+    assert rms_norm(kaionb.empty((0, 64), np.float32), kaionb.asarray(np.ones(64, np.float32))).shape == (0, 64)
     x = kaionb.asarray(random_array((64, 70000), np.float32, rng=np.random.default_rng(5)))
     w = kaionb.asarray(np.ones(70000, np.float32))
     assert np.array_equal(rms_norm(x, w).get(), rms_norm(x, w).get())

@@ -62,7 +62,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float64, int32, int64, uint8, uint32, uint64
+from numba import cuda, int32, int64, uint8, uint32, uint64
 from numba.cuda import libdevice
 from numpy.exceptions import AxisError
 

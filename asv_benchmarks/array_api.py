@@ -1,0 +1,83 @@
+"""asv: DeviceArray arithmetic and reductions against CuPy on the same GPU — time per
+call, achieved GB/s (inputs read once, output written once) and the ratio to CuPy's op.
+benchmarks/array_api_table.py prints the same cases with a copy's bandwidth beside them."""
+
+import numpy as np
+
+import kaionb
+
+from .common import batched_ms, median_ms, require_gpu
+
+CASES = ["add_f32_2^28", "add_f16_2^28", "add_row_broadcast", "add_transposed", "sum_2^28",
+         "max_2^28", "sum_axis0", "sum_axis1", "small_add"]
+
+
+class ArrayApi:
+    params = (CASES,)
+    param_names = ["case"]
+    timeout = 300
+
+    def setup(self, case):
+        require_gpu()
+        import cupy as cp
+
+        rng = cp.random.default_rng(0)
+        n = 1 << 28
+        m = rng.standard_normal((8192, 8192), dtype=np.float32)
+        r = rng.standard_normal(8192, dtype=np.float32)
+        o = cp.empty_like(m)
+        km, kr, ko = kaionb.asarray(m), kaionb.asarray(r), kaionb.asarray(o)
+        if case.startswith("add_f"):
+            dt = np.float32 if "f32" in case else np.float16
+            a = rng.standard_normal(n, dtype=np.float32).astype(dt)
+            b, c = a.copy(), cp.empty_like(a)
+            ka, kb, kc = kaionb.asarray(a), kaionb.asarray(b), kaionb.asarray(c)
+            self.ours = lambda: kaionb.add(ka, kb, out=kc)
+            self.theirs = lambda: cp.add(a, b, out=c)
+            self.nbytes = 3 * a.nbytes
+        elif case == "add_row_broadcast":
+            self.ours = lambda: kaionb.add(km, kr, out=ko)
+            self.theirs = lambda: cp.add(m, r, out=o)
+            self.nbytes = 2 * m.nbytes + r.nbytes
+        elif case == "add_transposed":
+            self.ours = lambda: kaionb.add(km, km.T, out=ko)
+            self.theirs = lambda: cp.add(m, m.T, out=o)
+            self.nbytes = 3 * m.nbytes
+        elif case in ("sum_2^28", "max_2^28"):
+            big = rng.standard_normal(n, dtype=np.float32)
+            kbig = kaionb.asarray(big)
+            fn, cfn = (kaionb.sum, cp.sum) if case.startswith("sum") else (kaionb.max, cp.max)
+            self.ours, self.theirs = (lambda: fn(kbig)), (lambda: cfn(big))
+            self.nbytes = big.nbytes
+        elif case.startswith("sum_axis"):
+            axis = int(case[-1])
+            self.ours = lambda: kaionb.sum(km, axis=axis)
+            self.theirs = lambda: cp.sum(m, axis=axis)
+            self.nbytes = m.nbytes
+        else:  # small_add: host-bound, measured back to back
+            x = rng.standard_normal((4, 4096), dtype=np.float32)
+            y = rng.standard_normal(4096, dtype=np.float32)
+            kx, ky = kaionb.asarray(x), kaionb.asarray(y)
+            self.ours, self.theirs = (lambda: kx + ky), (lambda: x + y)
+            self.nbytes = 2 * x.nbytes + y.nbytes
+        self.timer = batched_ms if case == "small_add" else median_ms
+        for _ in range(3):
+            self.ours()
+            self.theirs()
+        cp.cuda.runtime.deviceSynchronize()
+
+    def time_kaionb(self, case):
+        import cupy as cp
+
+        self.ours()
+        cp.cuda.runtime.deviceSynchronize()
+
+    def track_gbps(self, case):
+        return self.nbytes / self.timer(self.ours) / 1e6
+
+    track_gbps.unit = "GB/s"
+
+    def track_speedup_vs_cupy(self, case):
+        return self.timer(self.theirs) / self.timer(self.ours)
+
+    track_speedup_vs_cupy.unit = "x"
