@@ -113,7 +113,7 @@ def main(argv=None):
 
     print(f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "
           f"CuPy {cp.__version__}")
-    print(f"| case | kaionb µs | CuPy µs | kaionb / CuPy speed | kaionb % copy BW |")
+    print("| case | kaionb µs | CuPy µs | kaionb / CuPy speed | kaionb % copy BW |")
     print("|---|---:|---:|---:|---:|")
     for name, kfn, cfn, nbytes in cases():
         tk, tc = bench_gpu(kfn, args.reps), bench_gpu(cfn, args.reps)

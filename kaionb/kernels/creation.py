@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 from numba import cuda, float64, int64, uint64
 
-from ..array import DeviceArray, empty, full, normalize_dtype
+from ..array import DeviceArray, _axis_index, empty, full, normalize_dtype
 from ..validation import as_array, fail
 from .elementwise import THREADS, _grid_stride_blocks, elementwise_fwd
 from .helpers.dtypes import encode, storage
@@ -150,10 +150,7 @@ def concatenate(arrays, /, *, axis=0) -> DeviceArray:
     ndim = arrays[0].ndim
     if ndim == 0:
         raise ValueError(f"{op}: zero-dimensional arrays cannot be concatenated")
-    if not -ndim <= axis < ndim:
-        raise np.exceptions.AxisError(f"{op}: axis {axis} is out of bounds for array of "
-                                      f"dimension {ndim}")
-    axis %= ndim
+    axis = _axis_index(op, axis, ndim)
     for i, a in enumerate(arrays):
         if a.ndim != ndim:
             raise ValueError(f"{op}: all the input arrays must have same number of "
@@ -188,11 +185,7 @@ def stack(arrays, /, *, axis=0) -> DeviceArray:
     if any(a.shape != shape for a in arrays):
         raise ValueError(f"{op}: all input arrays must have the same shape, got "
                          f"{[a.shape for a in arrays]}")
-    ndim = len(shape) + 1
-    if not -ndim <= axis < ndim:
-        raise np.exceptions.AxisError(f"{op}: axis {axis} is out of bounds for array of "
-                                      f"dimension {ndim}")
-    axis %= ndim
+    axis = _axis_index(op, axis, len(shape) + 1)
     expanded = []
     for a in arrays:
         new_shape = shape[:axis] + (1,) + shape[axis:]

@@ -46,7 +46,7 @@ from .helpers.dtypes import (BOOL, HALF_DTYPES, compute_type, converter, encode,
                              scalar_type_name, storage)
 from .helpers.scalar_math import scalar_op
 from .launch import KernelDef, kernel_family
-from .op import Plan, fast_path, record, run
+from .op import Plan, _span, fast_path, record, run
 
 THREADS = 256
 UNROLL = 4  # loads in flight per operand per thread in the flat kernel
@@ -186,7 +186,7 @@ def _strided_loader(src: np.dtype | None, loop: np.dtype):
     return load
 
 
-def _make_flat(name, fn, loads, enc):
+def _make_flat(fn, loads, enc):
     ld0, ld1, ld2 = loads
     span = THREADS * UNROLL
 
@@ -215,7 +215,7 @@ def _make_flat(name, fn, loads, enc):
     return _elementwise_flat_kernel
 
 
-def _make_strided(name, fn, loads, enc):
+def _make_strided(fn, loads, enc):
     ld0, ld1, ld2 = loads
 
     def _elementwise_strided_kernel(x0, x1, x2, out, rows, d1, d2):
@@ -279,7 +279,7 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
     loops = "_".join("x" if lp is None else lp.name for lp in key.loops)
     name = f"_elementwise_{key.op}_{tag}_as_{loops}_to_{key.out.name}_{key.layout}_kernel"
     maker = _make_flat if flat else _make_strided
-    kdef = KernelDef(maker(name, fn, loads, encode(key.out)), [f"void({', '.join(args)})"],
+    kdef = KernelDef(maker(fn, loads, encode(key.out)), [f"void({', '.join(args)})"],
                      name=name, registered=False,
                      local_memory=_TRIG_LOCAL_MEMORY if key.op in ("sin", "cos") else None)
     _KERNELS[key] = kdef
@@ -374,17 +374,6 @@ def _collapse(shape, *stride_sets):
         else:
             merged.append((d, strides))
     return [d for d, _ in merged], [[st[k] for _, st in merged] for k in range(len(stride_sets))]
-
-
-def _span(a: DeviceArray) -> tuple:
-    lo = hi = a.ptr
-    for d, st in zip(a.shape, a.strides):
-        if d > 1:
-            if st < 0:
-                lo += (d - 1) * st
-            else:
-                hi += (d - 1) * st
-    return lo, hi + a.itemsize
 
 
 def _needs_copy(x: DeviceArray, out: DeviceArray) -> bool:
@@ -583,7 +572,7 @@ def _grads(name, operands, y):
         elif name == "exp":
             gs = (multiply(g, y),)
         elif name == "where":
-            c, x1, x2 = operands
+            c = operands[0]
             gs = (None, where(c, g, 0.0), where(c, 0.0, g))
         return tuple(None if gi is None or not isinstance(x, DeviceArray)
                      else _unbroadcast(gi, shape_of(x)) for gi, x in zip(gs, operands))

@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 from numba import cuda
 
-from ..array import DeviceArray, _is_array_index, asarray, register_kernel
+from ..array import DeviceArray, _axis_index, _is_array_index, asarray, register_kernel
 from ..validation import as_array, fail
 from .elementwise import THREADS, _grid_stride_blocks, apply, elementwise_fwd
 from .launch import kernel
@@ -91,15 +91,6 @@ def _as_index_array(op: str, indices, axis_size: int) -> DeviceArray:
     return idx
 
 
-def _axis(op: str, axis, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, (numbers.Integral, np.integer)):
-        fail(TypeError, op, "axis", "an int", type(axis).__name__)
-    if not -ndim <= axis < max(ndim, 1):
-        raise np.exceptions.AxisError(f"{op}: axis {axis} is out of bounds for array of "
-                                      f"dimension {ndim}")
-    return int(axis) % max(ndim, 1)
-
-
 def _three_axes(x: DeviceArray, axis: int) -> DeviceArray:
     """``x`` as (outer, axis, inner), or None when the outer or inner axes do not merge."""
     outer, inner = x.shape[:axis], x.shape[axis + 1:]
@@ -128,7 +119,7 @@ def take_fwd(x, indices, *, axis=None, out=None):
         x, axis = x.reshape(-1), 0
     if x.ndim == 0:
         fail(ValueError, op, "x", "at least one dimension", "a 0-d array")
-    axis = _axis(op, axis, x.ndim)
+    axis = _axis_index(op, axis, x.ndim)
     idx = _as_index_array(op, indices, x.shape[axis])
     shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
     if idx.size and x.shape[axis] == 0:
