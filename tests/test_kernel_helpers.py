@@ -295,3 +295,47 @@ def test_example_matmul_matches_numpy(m, n, k):
     example = _load_example()
     err, finite = example.check(m, n, k, RNG)
     assert finite and err < 2e-3, err
+
+
+@gpu
+@needs_gpu
+@pytest.mark.skipif(not cuda.is_available()
+                    or cuda.get_current_device().compute_capability < (9, 0),
+                    reason="thread-block clusters need sm_90")
+@pytest.mark.parametrize("size", [2, 8])
+def test_cluster_reducers(size):
+    """Every thread of every CTA of a cluster gets the cluster's sum and max, with the same
+    bits in every CTA; separate clusters stay separate."""
+    import kaionb
+    from kaionb.kernels.launch import kernel
+
+    cluster_sum, cluster_max = H.cluster_reducers(size)
+
+    @kernel(["void(float32[:, :], float32[:, :], float32[:, :])"],
+            name=f"_test_cluster_reducers_{size}", min_cc=(9, 0))
+    def reduce_over_cluster(x, sums, maxes):
+        scratch = cuda.shared.array(32, float32)
+        slots = cuda.shared.array(2, float32)
+        b = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        v = x[b, t]
+        sums[b, t] = cluster_sum(v, scratch, slots, 0)
+        maxes[b, t] = cluster_max(v, scratch, slots, 1)
+        P.cluster_arrive()
+        P.cluster_wait()
+
+    clusters, threads = 3, 128
+    x = RNG.standard_normal((clusters * size, threads)).astype(np.float32)
+    x[size:2 * size] -= 50  # an all-negative cluster: its max is no padding zero
+    sums = kaionb.asarray(np.full(x.shape, np.nan, np.float32))
+    maxes = kaionb.asarray(np.full(x.shape, np.nan, np.float32))
+    compiled = reduce_over_cluster[reduce_over_cluster.signatures[0]]
+    compiled((clusters * size,), (threads,), (kaionb.asarray(x), sums, maxes),
+             cluster=(size, 1, 1))
+    got_s, got_m = sums.get(), maxes.get()
+    per = x.reshape(clusters, size * threads).astype(np.float64)
+    for c in range(clusters):
+        block = slice(c * size, (c + 1) * size)
+        assert np.unique(got_s[block]).size == 1  # one value, bit for bit, in every CTA
+        np.testing.assert_allclose(got_s[block][0, 0], per[c].sum(), rtol=1e-5, atol=1e-3)
+        assert (got_m[block] == np.float32(per[c].max())).all()

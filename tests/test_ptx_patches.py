@@ -172,8 +172,8 @@ def k_wgmma_n256_trans(u, f):
 
 
 def k_cluster(u, f):
-    """Cluster rank, barriers, remote arrive, multicast TMA, TMA store and bulk groups,
-    named barrier, setmaxnreg."""
+    """Cluster rank, barriers, remote arrive and load, multicast TMA, TMA store and bulk
+    groups, named barrier, setmaxnreg."""
     bar = cuda.shared.array(1, types.uint64)
     s = cuda.shared.array(64, types.uint32)
     b = P.shared_addr(bar, 0)
@@ -198,6 +198,7 @@ def k_cluster(u, f):
         P.cp_async_bulk_wait_group_read(0)
         P.cp_async_bulk_wait_group(0)
     u[cuda.threadIdx.x] = s[cuda.threadIdx.x % 64] + rank
+    f[cuda.threadIdx.x] = P.ld_shared_cluster_f32(P.shared_addr(s, 1), rank ^ 1)
 
 
 def k_mbarrier(u, f):
@@ -305,6 +306,7 @@ CASES = {
         ["%cluster_ctarank", "fence.mbarrier_init.release.cluster",
          "barrier.cluster.arrive.release", "barrier.cluster.wait.acquire",
          "mapa.shared::cluster.u32", "mbarrier.arrive.shared::cluster.b64",
+         "ld.shared::cluster.f32",
          ".multicast::cluster", "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
          "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0",
          "cp.async.bulk.wait_group 0", "bar.sync 1, 128", "setmaxnreg.dec.sync.aligned.u32 40",

@@ -112,18 +112,24 @@ class Plan(NamedTuple):
     grid: tuple
     block: tuple
     shared_mem: int = 0
+    cluster: tuple | None = None  # thread-block cluster dimensions (sm_90)
 
     @classmethod
-    def of(cls, kdef: KernelDef, grid: tuple, block: tuple, shared_mem: int = 0) -> "Plan":
+    def of(cls, kdef: KernelDef, grid: tuple, block: tuple, shared_mem: int = 0,
+           cluster: tuple | None = None) -> "Plan":
         """The plan for ``kdef``, loaded on the current device. Ops declare one
         specialization per kernel and pick kernels by key (dtype, variant)."""
         if len(kdef.signatures) != 1:
             raise TypeError(f"Plan.of: kernel {kdef.name} has {len(kdef.signatures)} "
                             f"specializations; an op's kernels have one each")
-        return cls(kdef[kdef.signatures[0]], grid, block, shared_mem)
+        return cls(kdef[kdef.signatures[0]], grid, block, shared_mem, cluster)
 
     def launch(self, *args) -> None:
-        self.kernel(self.grid, self.block, args, shared_mem=self.shared_mem)
+        if self.cluster is None:
+            self.kernel(self.grid, self.block, args, shared_mem=self.shared_mem)
+        else:
+            self.kernel(self.grid, self.block, args, shared_mem=self.shared_mem,
+                        cluster=self.cluster)
 
 
 class PlanCache:

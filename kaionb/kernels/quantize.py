@@ -11,9 +11,13 @@ gives K per-column scales (per-channel activations / [in, out] weights); for 2-D
 ``axis=0`` gives per-row scales (per-token activations, [out, in] weights). Other axes
 are refused.
 
-Two launches: an absmax reduction (block maxima merged with an atomic max on the float
-bits, which order like the floats for values ≥ 0) into a zeroed buffer, then the
-element-wise pass, which also writes the scales. Rounding is half-to-even through the
+Per-row scales over 16-byte aligned rows of up to 32768 elements (n % 16 == 0) take one
+pass over HBM: one block per row holds the row in registers between its absmax and the
+quantization. Every other case takes two launches: an absmax reduction (block maxima
+merged with an atomic max on the float bits, which order like the floats for values
+≥ 0) into a zeroed buffer, then the element-wise pass, which also writes the scales — x
+is read twice, so per-tensor and per-column quantization move 2·|x| + |q| bytes, not the
+|x| + |q| of the one-pass form (a scale must be known before its first q). Rounding is half-to-even through the
 2^23 + 2^22 trick (exact for |v| ≤ 2^22; v is clipped to ±127 first). q = rint(x · (127 /
 max)) in float32 can differ by one step from the float64 reference at exact ties.
 """
@@ -26,18 +30,23 @@ import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
 from ..array import normalize_dtype, zeros
+from ..ptx_patches import device_function, global_addr, ld_global_nc_v4_u32, st_global_v4_u32
 from ..validation import as_array, check_contiguous, check_same_device, fail
 from .helpers import block_max
-from .helpers.int8 import QMAX, inverse_scale, quantize_value
+from .helpers.int8 import QMAX, inverse_scale, quantize_words16
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
     INT8,
     MAP_THREADS,
+    MAP_UNROLL,
+    MAX_THREADS,
+    REG_ELEMS,
     f32_from_bits,
     f32_to_bits,
     flat_view,
     map_plan,
+    row_plan,
     rows_view,
 )
 from .launch import kernel
@@ -49,26 +58,37 @@ COL_ROWS_PER_BLOCK = 64
 
 
 def _make_absmax_kernel(codec, name):
-    """amax[r if per_row else 0] = max |x[r, :]| (blocks over rows × chunks of a row)."""
+    """amax[r if per_row else 0] = max |x[r, :]| (blocks over rows × chunks of a row),
+    MAP_UNROLL words4 loads in flight per thread."""
     VEC = codec.vec
     S = codec.storage
+    U = MAP_UNROLL
+    RAW = 4 * U
     load, head_of, unpack = codec.load, codec.head, codec.unpack
 
     @kernel([f"void({S}[:, :], uint32[:], int64, int32)"], name=name)
     def _absmax_fwd_kernel(x, amax, n, per_row):
         scratch = cuda.shared.array(32, float32)
+        raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(VEC, float32)
         T = int64(cuda.blockDim.x)
-        first = int64(cuda.blockIdx.x) * T + int64(cuda.threadIdx.x)
-        stride = int64(cuda.gridDim.x) * T
+        first = int64(cuda.blockIdx.x) * T * U + int64(cuda.threadIdx.x)
+        stride = int64(cuda.gridDim.x) * T * U
         for r in range(int64(cuda.blockIdx.y), int64(x.shape[0]), int64(cuda.gridDim.y)):
             head = int64(head_of(x, r))
             nv = (head + n + VEC - 1) // VEC
             m = float32(0.0)
-            for v in range(first, nv, stride):
-                unpack(load(x, r, v * VEC - head, n, 0), f, 0)
-                for j in range(VEC):
-                    m = max(m, abs(f[j]))
+            for v0 in range(first, nv, stride):
+                for u in range(U):
+                    v = v0 + u * T
+                    words = load(x, r, v * VEC - head, n, 0) if v < nv else (
+                        uint32(0), uint32(0), uint32(0), uint32(0))
+                    for i in range(4):
+                        raw[4 * u + i] = words[i]
+                for u in range(U):
+                    unpack((raw[4 * u], raw[4 * u + 1], raw[4 * u + 2], raw[4 * u + 3]), f, 0)
+                    for j in range(VEC):
+                        m = max(m, abs(f[j]))
             m = block_max(m, scratch)
             if cuda.threadIdx.x == 0:
                 cuda.atomic.max(amax, r if per_row else 0, f32_to_bits(m))
@@ -77,28 +97,38 @@ def _make_absmax_kernel(codec, name):
 
 
 def _make_absmax_cols_kernel(codec, name):
-    """amax[e] = max_r |x[r, e]|: each thread folds COL_ROWS_PER_BLOCK rows of one words4."""
+    """amax[e] = max_r |x[r, e]|: each thread folds COL_ROWS_PER_BLOCK rows of one words4,
+    MAP_UNROLL rows' loads in flight."""
     VEC = codec.vec
     S = codec.storage
+    U = MAP_UNROLL
+    RAW = 4 * U
     load, head_of, unpack = codec.load, codec.head, codec.unpack
 
     @kernel([f"void({S}[:, :], uint32[:], int32)"], name=name)
     def _absmax_cols_fwd_kernel(x, amax, n):
+        raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(VEC, float32)
         m = cuda.local.array(VEC, float32)
         v = int32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-        rows = int32(x.shape[0])
         r0 = int32(cuda.blockIdx.y) * COL_ROWS_PER_BLOCK
+        r_end = min(r0 + COL_ROWS_PER_BLOCK, int32(x.shape[0]))
         head = head_of(x, r0)
         e0 = v * VEC - head
         if e0 >= n:
             return
         for j in range(VEC):
             m[j] = float32(0.0)
-        for r in range(r0, min(r0 + COL_ROWS_PER_BLOCK, rows)):
-            unpack(load(x, r, e0, n, 0), f, 0)
-            for j in range(VEC):
-                m[j] = max(m[j], abs(f[j]))
+        for rb in range(r0, r_end, U):
+            for u in range(U):  # rows past the end read as 0 and change no maximum
+                words = load(x, rb + u, e0, n, 0) if rb + u < r_end else (
+                    uint32(0), uint32(0), uint32(0), uint32(0))
+                for i in range(4):
+                    raw[4 * u + i] = words[i]
+            for u in range(U):
+                unpack((raw[4 * u], raw[4 * u + 1], raw[4 * u + 2], raw[4 * u + 3]), f, 0)
+                for j in range(VEC):
+                    m[j] = max(m[j], abs(f[j]))
         for j in range(VEC):
             if 0 <= e0 + j < n:
                 cuda.atomic.max(amax, e0 + j, f32_to_bits(m[j]))
@@ -107,82 +137,165 @@ def _make_absmax_cols_kernel(codec, name):
 
 
 def _make_quantize_int8_kernel(codec, name):
-    """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step; also
-    writes scale = amax / 127 (each group's scale by the thread that owns its first
-    element)."""
+    """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step, MAP_UNROLL
+    steps per thread with their loads issued first; also writes scale = amax / 127 (each
+    group's scale by the thread that owns its first element)."""
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC  # input words4 per int8 words4
+    U = 2  # steps per thread (MAP_UNROLL = 4 left the loops rolled: raw in local memory)
+    RAW = 4 * SUB * U
     load, unpack = codec.load, codec.unpack
     q_head, q_store = INT8.head, INT8.store
 
     @kernel([f"void({S}[:, :], uint32[:], int8[:, :], float32[:], int64, int32)"], name=name)
     def _quantize_int8_fwd_kernel(x, amax, q, scale, n, mode):
+        raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(16, float32)
-        w = cuda.local.array(4, uint32)
         T = int64(cuda.blockDim.x)
-        first = int64(cuda.blockIdx.x) * T + int64(cuda.threadIdx.x)
-        stride = int64(cuda.gridDim.x) * T
+        first = int64(cuda.blockIdx.x) * T * U + int64(cuda.threadIdx.x)
+        stride = int64(cuda.gridDim.x) * T * U
         for r in range(int64(cuda.blockIdx.y), int64(q.shape[0]), int64(cuda.gridDim.y)):
             head = int64(q_head(q, r))
             nv = (head + n + 15) // 16
             g = r if mode == ROW else int64(0)
-            inv_g = inverse_scale(f32_from_bits(amax[g]))
-            for v in range(first, nv, stride):
-                e0 = v * 16 - head
-                for s in range(SUB):
-                    unpack(load(x, r, e0 + s * VEC, n, 0), f, s * VEC)
-                for k in range(4):
-                    w[k] = uint32(0)
-                for j in range(16):
-                    e = e0 + j
-                    inv = inv_g
-                    if mode == COL and 0 <= e < n:
-                        inv = inverse_scale(f32_from_bits(amax[e]))
-                        if r == 0:
-                            scale[e] = f32_from_bits(amax[e]) * float32(1.0 / QMAX)
-                    t = quantize_value(f[j], inv)
-                    w[j // 4] |= (uint32(t) & uint32(0xFF)) << uint32(8 * (j % 4))
-                q_store(q, r, e0, n, (w[0], w[1], w[2], w[3]))
-                # The thread holding element 0 of the group's first row writes its scale.
-                if mode != COL and e0 <= 0 and (mode == ROW or r == 0):
-                    scale[g] = f32_from_bits(amax[g]) * float32(1.0 / QMAX)
+            # Per-column mode scales the values column by column (_quantize_columns).
+            inv_g = float32(1.0) if mode == COL else inverse_scale(f32_from_bits(amax[g]))
+            for v0 in range(first, nv, stride):
+                for u in range(U):
+                    v = v0 + u * T
+                    for k in range(SUB):
+                        words = load(x, r, v * 16 - head + k * VEC, n, 0) if v < nv else (
+                            uint32(0), uint32(0), uint32(0), uint32(0))
+                        for i in range(4):
+                            raw[4 * (u * SUB + k) + i] = words[i]
+                for u in range(U):
+                    v = v0 + u * T
+                    if v < nv:
+                        e0 = v * 16 - head
+                        for k in range(SUB):
+                            b = 4 * (u * SUB + k)
+                            unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, k * VEC)
+                        if mode == COL:
+                            _quantize_columns(f, amax, scale, e0, n, r)
+                        q_store(q, r, e0, n, quantize_words16(f, inv_g))
+                        # The thread holding element 0 of the group's first row writes its
+                        # scale.
+                        if mode != COL and e0 <= 0 and (mode == ROW or r == 0):
+                            scale[g] = f32_from_bits(amax[g]) * float32(1.0 / QMAX)
 
     return _quantize_int8_fwd_kernel
 
 
+@device_function
+def _quantize_columns(f, amax, scale, e0, n, r):
+    """Per-column mode: scale each of the 16 values of ``f`` (elements e0.. of row r) by
+    its column's 127 / amax in place, so that quantize_words16 with inv = 1 rounds them;
+    row 0 also writes the columns' scales."""
+    for j in range(16):
+        e = e0 + j
+        if 0 <= e < n:
+            a = f32_from_bits(amax[e])
+            f[j] *= inverse_scale(a)
+            if r == 0:
+                scale[e] = a * float32(1.0 / QMAX)
+
+
 def _make_dequantize_int8_kernel(codec, name):
-    """out = q · scale[group], 16 elements (one int8 words4) per step."""
+    """out = q · scale[group], 16 elements (one int8 words4) per step, MAP_UNROLL steps per
+    thread with their loads issued first."""
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC
+    U = 2  # steps per thread (MAP_UNROLL = 4 left the loops rolled: raw in local memory)
+    RAW = 4 * U
     store, pack = codec.store, codec.pack
     q_head, q_load = INT8.head, INT8.load
 
     @kernel([f"void(int8[:, :], float32[:], {S}[:, :], int64, int32)"], name=name)
     def _dequantize_int8_fwd_kernel(q, scale, out, n, mode):
+        raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(16, float32)
         T = int64(cuda.blockDim.x)
-        first = int64(cuda.blockIdx.x) * T + int64(cuda.threadIdx.x)
-        stride = int64(cuda.gridDim.x) * T
+        first = int64(cuda.blockIdx.x) * T * U + int64(cuda.threadIdx.x)
+        stride = int64(cuda.gridDim.x) * T * U
         for r in range(int64(cuda.blockIdx.y), int64(q.shape[0]), int64(cuda.gridDim.y)):
             head = int64(q_head(q, r))
             nv = (head + n + 15) // 16
-            sr = scale[r if mode == ROW else 0]
-            for v in range(first, nv, stride):
-                e0 = v * 16 - head
-                words = q_load(q, r, e0, n, 0)
-                for j in range(16):
-                    b = int32(words[j // 4] << uint32(24 - 8 * (j % 4))) >> 24
-                    s = sr
-                    if mode == COL:
-                        e = e0 + j
-                        s = scale[min(max(e, 0), n - 1)]
-                    f[j] = float32(b) * s
-                for s in range(SUB):
-                    store(out, r, e0 + s * VEC, n, pack(f, s * VEC))
+            row_scale = scale[r if mode == ROW else 0]
+            for v0 in range(first, nv, stride):
+                for u in range(U):
+                    v = v0 + u * T
+                    words = q_load(q, r, v * 16 - head, n, 0) if v < nv else (
+                        uint32(0), uint32(0), uint32(0), uint32(0))
+                    for i in range(4):
+                        raw[4 * u + i] = words[i]
+                for u in range(U):
+                    v = v0 + u * T
+                    if v < nv:
+                        e0 = v * 16 - head
+                        for j in range(16):
+                            b = int32(raw[4 * u + j // 4] << uint32(24 - 8 * (j % 4))) >> 24
+                            sj = row_scale
+                            if mode == COL:
+                                sj = scale[min(max(e0 + j, 0), n - 1)]
+                            f[j] = float32(b) * sj
+                        for k in range(SUB):
+                            store(out, r, e0 + k * VEC, n, pack(f, k * VEC))
 
     return _dequantize_int8_fwd_kernel
+
+
+def _make_quantize_rows_kernel(codec, name):
+    """Per-row scales in one pass over HBM: one block per row, the row held in registers
+    (Q_VECS int8 words4 — 16 elements each — per thread) between its absmax and the
+    quantization. Needs 16-byte aligned rows of x and q and n % 16 == 0 (row_plan's
+    register path); other layouts take the two-launch path."""
+    VEC = codec.vec
+    S = codec.storage
+    SUB = 16 // VEC
+    Q_VECS = REG_ELEMS // 16
+    RAW = 4 * SUB * Q_VECS
+    unpack = codec.unpack
+
+    @kernel([f"void({S}[:, :], int8[:, :], float32[:], int32)"], name=name,
+            launch_bounds=MAX_THREADS)
+    def _quantize_int8_rows_fwd_kernel(x, q, scale, n):
+        scratch = cuda.shared.array(32, float32)
+        raw = cuda.local.array(RAW, uint32)
+        f = cuda.local.array(16, float32)
+        r = int64(cuda.blockIdx.x)
+        t = int32(cuda.threadIdx.x)
+        T = int32(cuda.blockDim.x)
+        nq = n // 16
+        for k in range(Q_VECS):
+            v = t + k * T
+            for s in range(SUB):
+                words = (uint32(0), uint32(0), uint32(0), uint32(0))
+                if v < nq:
+                    words = ld_global_nc_v4_u32(global_addr(x, (r, int64(v * 16 + s * VEC))))
+                for i in range(4):
+                    raw[4 * (k * SUB + s) + i] = words[i]
+        m = float32(0.0)
+        for k in range(Q_VECS):
+            for s in range(SUB):
+                b = 4 * (k * SUB + s)
+                unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, s * VEC)
+            for j in range(16):
+                m = max(m, abs(f[j]))
+        m = block_max(m, scratch)
+        inv = inverse_scale(m)
+        if t == 0:
+            scale[r] = m * float32(1.0 / QMAX)
+        for k in range(Q_VECS):
+            v = t + k * T
+            if v < nq:
+                for s in range(SUB):
+                    b = 4 * (k * SUB + s)
+                    unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, s * VEC)
+                st_global_v4_u32(global_addr(q, (r, int64(v * 16))), quantize_words16(f, inv))
+
+    return _quantize_int8_rows_fwd_kernel
 
 
 _FACTORIES = {
@@ -190,6 +303,7 @@ _FACTORIES = {
     "absmax_cols": _make_absmax_cols_kernel,
     "quantize_int8": _make_quantize_int8_kernel,
     "dequantize_int8": _make_dequantize_int8_kernel,
+    "quantize_int8_rows": _make_quantize_rows_kernel,
 }
 _KERNELS = {(name, dt): make(c, f"_{name}_fwd_kernel_{dt.name}")
             for name, make in _FACTORIES.items() for dt, c in CODECS.items()}
@@ -237,6 +351,12 @@ def _quantize_int8_launch(op, mode, x, q, scale):
     codec = CODECS[x.dtype]
     xv, qv = _views(op, mode, x=x, out=q)
     rows, n = xv.shape
+    if mode == ROW:
+        threads, cache_vecs, _ = row_plan(INT8, qv, xv)
+        if cache_vecs < 0:  # the whole row fits in registers: one pass
+            Plan.of(_KERNELS["quantize_int8_rows", x.dtype], (rows,), (threads,)).launch(
+                xv, qv, scale, n)
+            return
     amax = zeros(scale.size, np.uint32)
     if mode == COL:
         grid = (-(-(n // codec.vec + 2) // MAP_THREADS), -(-rows // COL_ROWS_PER_BLOCK))

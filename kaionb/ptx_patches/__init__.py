@@ -18,7 +18,7 @@ kaionb writes PTX text. See docs/writing-kernels.md.
 - :mod:`.bulk_copy`   TMA: ``cp.async.bulk`` 1-D and tensor copies, their groups,
                       ``prefetch.tensormap``, the async-proxy fence (sm_90)
 - :mod:`.sync`        named barriers (``bar.sync``) and ``setmaxnreg`` (sm_90a)
-- :mod:`.cluster`     thread-block clusters: rank, barrier, remote arrive, multicast TMA
+- :mod:`.cluster`     thread-block clusters: rank, barrier, remote arrive and load, multicast TMA
 """
 
 from types import ModuleType as _ModuleType
@@ -59,6 +59,7 @@ from .cluster import (
     cluster_wait,
     cp_async_bulk_tensor_2d_multicast,
     fence_mbarrier_init_cluster,
+    ld_shared_cluster_f32,
     mbarrier_arrive_remote,
 )
 from .convert import (

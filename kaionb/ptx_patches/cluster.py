@@ -1,5 +1,5 @@
 """Hopper (sm_90) thread-block clusters: rank, cluster barrier, remote mbarrier arrive,
-and TMA multicast.
+remote shared-memory loads, and TMA multicast.
 
 PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#cluster-of-cooperative-thread-arrays
 (``%cluster_ctarank``, ``barrier.cluster``, ``mapa``, ``mbarrier.arrive`` on a
@@ -72,6 +72,22 @@ mbarrier_arrive_remote = ptx_instruction(
     "same offset in CTA ``rank`` of the cluster (``mapa``, then ``mbarrier.arrive`` with "
     "its default release.cta semantics: enough to say a stage was read, as CUTLASS's "
     "pipelines do).",
+)
+
+ld_shared_cluster_f32 = ptx_instruction(
+    "ld_shared_cluster_f32",
+    "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $1, $2;\n"
+    "ld.shared::cluster.f32 $0, [remote]; }",
+    outputs=types.float32,
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=SM90,
+    instruction="ld.shared::cluster.f32",
+    doc="(addr: u32 shared address in this CTA, rank: u32) -> f32: the float at the same "
+    "offset in CTA ``rank``'s shared memory (distributed shared memory; ``mapa``, then "
+    "``ld.shared::cluster``). Order it after the writer's ``cluster_arrive`` with a "
+    "``cluster_wait``.",
 )
 
 cp_async_bulk_tensor_2d_multicast = ptx_instruction(

@@ -1,6 +1,6 @@
 """Device helpers every kaionb kernel is written against (see docs/writing-kernels.md).
 
-- :mod:`.reduce`     warp_sum, warp_max, block_sum, block_max
+- :mod:`.reduce`     warp_sum, warp_max, block_sum, block_max, cluster_reducers (sm_90)
 - :mod:`.fragments`  mma.sync fragment maps and ldmatrix lane addressing
 - :mod:`.tiles`      swizzled shared tiles and the cp.async tile loader
 - :mod:`.epilogue`   f32 accumulators (fragments or a staged shared tile) -> f16 / bf16 /
@@ -48,7 +48,7 @@ from .fragments import (
     ldmatrix_x4_b_row_col,
     ldmatrix_x4_row_col,
 )
-from .reduce import block_max, block_sum, warp_max, warp_sum
+from .reduce import block_max, block_sum, cluster_reducers, warp_max, warp_sum
 from .tiles import chunk_coords, cp_async_tile_16b, swizzle_128b, swizzled_index
 from .vector import (
     load_f32x4,

@@ -32,6 +32,23 @@ def quantize_value(v, inv):
     return int32((t + float32(ROUND_MAGIC)) - float32(ROUND_MAGIC))
 
 
+@device_function
+def quantize_words16(f, inv):
+    """16 float32 values of ``f`` quantized with ``inv`` (127 / amax) and packed into one
+    words4 of int8 (element j in byte j % 4 of word j // 4)."""
+    w0 = uint32(0)
+    w1 = uint32(0)
+    w2 = uint32(0)
+    w3 = uint32(0)
+    for j in range(4):
+        shift = uint32(8 * j)
+        w0 |= (uint32(quantize_value(f[j], inv)) & uint32(0xFF)) << shift
+        w1 |= (uint32(quantize_value(f[4 + j], inv)) & uint32(0xFF)) << shift
+        w2 |= (uint32(quantize_value(f[8 + j], inv)) & uint32(0xFF)) << shift
+        w3 |= (uint32(quantize_value(f[12 + j], inv)) & uint32(0xFF)) << shift
+    return (w0, w1, w2, w3)
+
+
 # words4 each thread of quantize_rows loads before it reduces: a 4096-element f16 row is one
 # round trip for 128 threads (a warp per row looping over it took ~8 µs more per QKV call
 # at M = 1 on the H100: one L2 round trip per 16 bytes per lane).
@@ -93,4 +110,4 @@ def make_quantize_rows(dtype):
 
 
 __all__ = ["QMAX", "ROUND_MAGIC", "ROW_VECS_IN_FLIGHT", "inverse_scale", "make_quantize_rows",
-           "quantize_value"]
+           "quantize_value", "quantize_words16"]

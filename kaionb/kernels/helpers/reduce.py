@@ -18,15 +18,26 @@ its result goes unused. The reduction can run over *groups* of lanes: with ``low
 the butterfly stops at offset g, so lanes that differ below g (a column tile of g threads
 per warp row) keep separate results.
 
+Cluster level (sm_90, :func:`cluster_reducers`): each CTA reduces its block, thread 0
+parks the result in a shared ``slots[k]``, a cluster barrier publishes it, and every
+thread reads all CTAs' slots through distributed shared memory and combines them in rank
+order — the same order in every CTA, so all get the same bits.
+
 Plain numba, but the CUDA simulator has no warp shuffles: under
 ``NUMBA_ENABLE_CUDASIM=1`` they raise AttributeError (``shfl_xor_sync``).
 """
 
 import functools
 
-from numba import cuda, float32, int32, int64, types
+from numba import cuda, float32, int32, int64, types, uint32
 
-from kaionb.ptx_patches import device_function
+from kaionb.ptx_patches import (
+    cluster_arrive,
+    cluster_wait,
+    device_function,
+    ld_shared_cluster_f32,
+    shared_addr,
+)
 
 FULL_MASK = 0xFFFFFFFF
 
@@ -159,3 +170,42 @@ def block_pair_reducer(merge, value_type, indexed=True):
         return v, i
 
     return block_reduce_pairs
+
+
+@functools.cache
+def cluster_reducers(size):
+    """``(cluster_sum, cluster_max)`` for thread-block clusters of ``size`` CTAs (sm_90):
+    ``(x, scratch, slots, k) -> float32`` reduces ``x`` over every thread of every CTA of
+    the cluster and returns the result to all. ``scratch`` as for :func:`block_sum`;
+    ``slots``: a shared float32 array, one element per reduction the kernel makes
+    (``k``-th reduction uses ``slots[k]``, so a slot is never rewritten while another CTA
+    may still read it). Every thread of every CTA must call it. The kernel must end with
+    ``cluster_arrive(); cluster_wait()`` (a CTA's slots must outlive the others' reads)."""
+
+    @device_function
+    def cluster_sum(x, scratch, slots, k):
+        part = block_sum(x, scratch)
+        if cuda.threadIdx.x == 0:
+            slots[k] = part
+        cluster_arrive()
+        cluster_wait()
+        addr = shared_addr(slots, k)
+        total = ld_shared_cluster_f32(addr, uint32(0))
+        for rank in range(1, size):
+            total += ld_shared_cluster_f32(addr, uint32(rank))
+        return total
+
+    @device_function
+    def cluster_max(x, scratch, slots, k):
+        part = block_max(x, scratch)
+        if cuda.threadIdx.x == 0:
+            slots[k] = part
+        cluster_arrive()
+        cluster_wait()
+        addr = shared_addr(slots, k)
+        total = ld_shared_cluster_f32(addr, uint32(0))
+        for rank in range(1, size):
+            total = max(total, ld_shared_cluster_f32(addr, uint32(rank)))
+        return total
+
+    return cluster_sum, cluster_max
