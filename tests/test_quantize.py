@@ -98,11 +98,13 @@ def test_empty_roundtrip(axis, scale_shape):
 
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("rows,n", [(5, 16), (3, 4112), (2, 32768), (2, 32784), (4, 1024)])
+@pytest.mark.parametrize("rows,n", [(5, 16), (3, 4112), (2, 32768), (2, 32784), (4, 1024),
+                                    (2, 65536), (1, 262144), (1, 262160)])
 def test_per_row_one_pass_and_fallback(dtype, rows, n):
-    """Per-row scales: aligned rows of n % 16 == 0 up to 32768 take the one-pass register
-    kernel, wider or misaligned rows (a view starting one element in) the two-launch path;
-    both must agree with the reference."""
+    """Per-row scales: aligned rows of n % 16 == 0 take the one-pass register kernel (one
+    block up to 32768, a cluster of up to 8 CTAs up to 262144 on sm_90), wider or
+    misaligned rows (a view starting one element in) the two-launch path; all must agree
+    with the reference."""
     rng = np.random.default_rng(rows * 7 + n)
     x = random_array((rows, n + 16), dtype, rng=rng, scale=3.0)
     dev = kaionb.asarray(x)

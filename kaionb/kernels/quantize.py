@@ -11,15 +11,17 @@ gives K per-column scales (per-channel activations / [in, out] weights); for 2-D
 ``axis=0`` gives per-row scales (per-token activations, [out, in] weights). Other axes
 are refused.
 
-Per-row scales over 16-byte aligned rows of up to 32768 elements (n % 16 == 0) take one
-pass over HBM: one block per row holds the row in registers between its absmax and the
-quantization. Every other case takes two launches: an absmax reduction (block maxima
-merged with an atomic max on the float bits, which order like the floats for values
-≥ 0) into a zeroed buffer, then the element-wise pass, which also writes the scales — x
-is read twice, so per-tensor and per-column quantization move 2·|x| + |q| bytes, not the
-|x| + |q| of the one-pass form (a scale must be known before its first q). Rounding is half-to-even through the
-2^23 + 2^22 trick (exact for |v| ≤ 2^22; v is clipped to ±127 first). q = rint(x · (127 /
-max)) in float32 can differ by one step from the float64 reference at exact ties.
+Per-row scales over 16-byte aligned rows (n % 16 == 0) take one pass over HBM: the row
+stays in registers between its absmax and the quantization — one block per row up to
+32768 elements, one thread-block cluster of up to 8 CTAs per row beyond (sm_90; the CTAs
+combine their maxima through distributed shared memory). Every other case takes two
+launches: an absmax reduction (block maxima merged with an atomic max on the float bits,
+which order like the floats for values ≥ 0) into a zeroed buffer, then the element-wise
+pass, which also writes the scales — x is read twice, so per-tensor and per-column
+quantization move 2·|x| + |q| bytes, not the |x| + |q| of the one-pass form (a scale must
+be known before its first q). Rounding is half-to-even through the 2^23 + 2^22 trick
+(exact for |v| ≤ 2^22; v is clipped to ±127 first). q = rint(x · (127 / max)) in float32
+can differ by one step from the float64 reference at exact ties.
 """
 
 from __future__ import annotations
@@ -29,22 +31,33 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
+from .._device import compute_capability
 from ..array import normalize_dtype, zeros
-from ..ptx_patches import device_function, global_addr, ld_global_nc_v4_u32, st_global_v4_u32
+from ..ptx_patches import (
+    cluster_arrive,
+    cluster_wait,
+    device_function,
+    global_addr,
+    ld_global_nc_v4_u32,
+    st_global_v4_u32,
+)
 from ..validation import as_array, check_contiguous, check_same_device, fail
-from .helpers import block_max
+from .helpers import block_max, cluster_reducers
 from .helpers.int8 import QMAX, inverse_scale, quantize_words16
 from .helpers.rowwise import (
+    CLUSTER_SIZES,
     CODECS,
     FLOAT_DTYPES,
     INT8,
     MAP_THREADS,
     MAP_UNROLL,
+    MAX_CLUSTER,
     MAX_THREADS,
     REG_ELEMS,
     f32_from_bits,
     f32_to_bits,
     flat_view,
+    cluster_row_plan,
     map_plan,
     row_plan,
     rows_view,
@@ -246,33 +259,42 @@ def _make_dequantize_int8_kernel(codec, name):
     return _dequantize_int8_fwd_kernel
 
 
-def _make_quantize_rows_kernel(codec, name):
-    """Per-row scales in one pass over HBM: one block per row, the row held in registers
-    (Q_VECS int8 words4 — 16 elements each — per thread) between its absmax and the
-    quantization. Needs 16-byte aligned rows of x and q and n % 16 == 0 (row_plan's
-    register path); other layouts take the two-launch path."""
+def _make_quantize_rows_kernel(codec, name, cluster=1):
+    """Per-row scales in one pass over HBM: the row held in registers (Q_VECS int8 words4 —
+    16 elements each — per thread) between its absmax and the quantization. One block per
+    row, or (``cluster`` > 1, sm_90) one thread-block cluster per row, each CTA holding a
+    contiguous chunk and the absmax combined through distributed shared memory. Needs
+    16-byte aligned rows of x and q and n % 16 == 0; other layouts take the two-launch
+    path."""
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC
     Q_VECS = REG_ELEMS // 16
     RAW = 4 * SUB * Q_VECS
     unpack = codec.unpack
+    CLUSTER = cluster
+    cluster_max = cluster_reducers(CLUSTER)[1] if CLUSTER > 1 else None
 
     @kernel([f"void({S}[:, :], int8[:, :], float32[:], int32)"], name=name,
-            launch_bounds=MAX_THREADS)
+            launch_bounds=MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0))
     def _quantize_int8_rows_fwd_kernel(x, q, scale, n):
         scratch = cuda.shared.array(32, float32)
+        slots = cuda.shared.array(1, float32)
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(16, float32)
-        r = int64(cuda.blockIdx.x)
+        r = int64(cuda.blockIdx.x // CLUSTER)
         t = int32(cuda.threadIdx.x)
         T = int32(cuda.blockDim.x)
         nq = n // 16
+        # This CTA's q-vectors: [c0, c1) of the row (all of it without a cluster).
+        chunk = (nq + CLUSTER - 1) // CLUSTER
+        c0 = int32(cuda.blockIdx.x % CLUSTER) * chunk
+        c1 = min(c0 + chunk, nq)
         for k in range(Q_VECS):
-            v = t + k * T
+            v = c0 + t + k * T
             for s in range(SUB):
                 words = (uint32(0), uint32(0), uint32(0), uint32(0))
-                if v < nq:
+                if v < c1:
                     words = ld_global_nc_v4_u32(global_addr(x, (r, int64(v * 16 + s * VEC))))
                 for i in range(4):
                     raw[4 * (k * SUB + s) + i] = words[i]
@@ -283,17 +305,23 @@ def _make_quantize_rows_kernel(codec, name):
                 unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, s * VEC)
             for j in range(16):
                 m = max(m, abs(f[j]))
-        m = block_max(m, scratch)
+        if CLUSTER > 1:
+            m = cluster_max(m, scratch, slots, 0)
+        else:
+            m = block_max(m, scratch)
         inv = inverse_scale(m)
-        if t == 0:
+        if t == 0 and c0 == 0:
             scale[r] = m * float32(1.0 / QMAX)
         for k in range(Q_VECS):
-            v = t + k * T
-            if v < nq:
+            v = c0 + t + k * T
+            if v < c1:
                 for s in range(SUB):
                     b = 4 * (k * SUB + s)
                     unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, s * VEC)
                 st_global_v4_u32(global_addr(q, (r, int64(v * 16))), quantize_words16(f, inv))
+        if CLUSTER > 1:  # no CTA leaves while another may read its slot
+            cluster_arrive()
+            cluster_wait()
 
     return _quantize_int8_rows_fwd_kernel
 
@@ -307,6 +335,11 @@ _FACTORIES = {
 }
 _KERNELS = {(name, dt): make(c, f"_{name}_fwd_kernel_{dt.name}")
             for name, make in _FACTORIES.items() for dt, c in CODECS.items()}
+# Per-row quantization of rows too wide for one block: one cluster of CTAs per row.
+_CLUSTER_KERNELS = {
+    (size, dt): _make_quantize_rows_kernel(c, f"_quantize_int8_rows_fwd_kernel_c{size}_{dt.name}",
+                                           size)
+    for size in CLUSTER_SIZES for dt, c in CODECS.items()}
 
 
 def _mode(op, x_shape, axis):
@@ -353,9 +386,16 @@ def _quantize_int8_launch(op, mode, x, q, scale):
     rows, n = xv.shape
     if mode == ROW:
         threads, cache_vecs, _ = row_plan(INT8, qv, xv)
-        if cache_vecs < 0:  # the whole row fits in registers: one pass
+        if cache_vecs < 0:  # the whole row fits in one block's registers: one pass
             Plan.of(_KERNELS["quantize_int8_rows", x.dtype], (rows,), (threads,)).launch(
                 xv, qv, scale, n)
+            return
+        if compute_capability() >= (9, 0) and row_plan(
+                INT8, qv, xv, per_thread=INT8.reg_vecs * MAX_CLUSTER)[1] < 0:
+            # ... in the registers of a cluster's CTAs: one pass
+            size, threads = cluster_row_plan(n // INT8.vec, INT8.reg_vecs)
+            Plan.of(_CLUSTER_KERNELS[size, x.dtype], (rows * size,), (threads,),
+                    cluster=(size, 1, 1)).launch(xv, qv, scale, n)
             return
     amax = zeros(scale.size, np.uint32)
     if mode == COL:
