@@ -390,8 +390,8 @@ def _quantize_int8_launch(op, mode, x, q, scale):
             Plan.of(_KERNELS["quantize_int8_rows", x.dtype], (rows,), (threads,)).launch(
                 xv, qv, scale, n)
             return
-        if compute_capability() >= (9, 0) and row_plan(
-                INT8, qv, xv, per_thread=INT8.reg_vecs * MAX_CLUSTER)[1] < 0:
+        if row_plan(INT8, qv, xv, per_thread=INT8.reg_vecs * MAX_CLUSTER)[1] < 0 and (
+                compute_capability() >= (9, 0)):
             # ... in the registers of a cluster's CTAs: one pass
             size, threads = cluster_row_plan(n // INT8.vec, INT8.reg_vecs)
             Plan.of(_CLUSTER_KERNELS[size, x.dtype], (rows * size,), (threads,),
