@@ -108,6 +108,39 @@ def block_max(x, scratch):
     return result
 
 
+@functools.cache
+def block_sums(count):
+    """Device function ``(values, scratch)``: the block sums of ``count`` float32 values at
+    once, in place — ``values`` a local array of ``count`` elements per thread, each
+    replaced by its sum over the (1-D) block. One barrier round for all of them where
+    separate :func:`block_sum` calls take one each (the norms' backward reduces two to
+    four row sums per row). ``scratch``: shared float32, at least 32 × ``count`` elements;
+    the rules of :func:`block_sum` (every thread calls it, blockDim.x % 32 == 0)."""
+
+    @device_function
+    def block_sums_n(values, scratch):
+        lane = cuda.threadIdx.x % 32
+        warp = cuda.threadIdx.x // 32
+        nwarps = cuda.blockDim.x // 32
+        for k in range(count):
+            values[k] = warp_sum(values[k])
+        if lane == 0:
+            for k in range(count):
+                scratch[32 * k + warp] = values[k]
+        cuda.syncthreads()
+        if warp == 0:
+            for k in range(count):
+                v = warp_sum(scratch[32 * k + lane] if lane < nwarps else float32(0.0))
+                if lane == 0:
+                    scratch[32 * k] = v
+        cuda.syncthreads()
+        for k in range(count):
+            values[k] = scratch[32 * k]
+        cuda.syncthreads()
+
+    return block_sums_n
+
+
 def _shuffle_type(value_type):
     """The type a ``value_type`` value crosses ``shfl.sync`` as: numba shuffles only 32-
     and 64-bit ints and floats; narrower ints widen to int32 and come back truncated,
@@ -209,3 +242,64 @@ def cluster_reducers(size):
         return total
 
     return cluster_sum, cluster_max
+
+
+@functools.cache
+def block_column_reducer(merge, cols, pairs=True):
+    """Device function ``(a, b, group, sa, sb)`` for column kernels: block (group, ty)
+    threads, thread x owning ``cols`` columns and the y threads splitting the reduced axis.
+    For each k < cols it merges the float32 pairs ``(a[k], b[k])`` (local arrays) of the
+    threads whose linear index is congruent modulo ``group`` (= blockDim.x, a power of two
+    up to the block size) and hands every thread its group's result back in ``a[k], b[k]``
+    — one set of barriers for all the columns.
+
+    Steps: a butterfly over the lanes of each warp that share x (offsets 16 .. group, none
+    when group >= 32); one partial per (warp or y row, column) to shared memory; the
+    threads with linear index < group·cols (in turn) merge one column's partials each;
+    everyone reads its columns back. ``merge(a, b, a2, b2) -> (a, b)``: associative and
+    commutative (the online softmax's (max, sum) pairs, or plain sums). ``pairs=False``:
+    only ``a`` travels (merge must ignore b and b2). ``sa``, ``sb``: shared float32 of at
+    least cols × block size elements. Every thread of the block calls it; the block size
+    is a multiple of 32."""
+
+    @device_function
+    def block_reduce_columns(a, b, group, sa, sb):
+        lin = int32(cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.x)
+        threads = int32(cuda.blockDim.x * cuda.blockDim.y)
+        lane = lin % 32
+        offset = 16
+        while offset >= group:  # lanes of one warp that differ above x's bits
+            for k in range(cols):
+                a2 = cuda.shfl_xor_sync(FULL_MASK, a[k], offset)
+                b2 = cuda.shfl_xor_sync(FULL_MASK, b[k], offset) if pairs else b[k]
+                a[k], b[k] = merge(a[k], b[k], a2, b2)
+            offset >>= 1
+        # One partial per row of the block's partials: warps (group < 32) or y threads.
+        span = max(int32(32), group)
+        rows = threads // span
+        if lane < group:
+            at = ((lin // span) * group + lin % group) * cols
+            for k in range(cols):
+                sa[at + k] = a[k]
+                if pairs:
+                    sb[at + k] = b[k]
+        cuda.syncthreads()
+        width = group * cols
+        for idx in range(lin, width, threads):  # slot idx of row 0: only this thread's
+            va = sa[idx]
+            vb = sb[idx] if pairs else va
+            for row in range(1, rows):
+                vb2 = sb[row * width + idx] if pairs else va
+                va, vb = merge(va, vb, sa[row * width + idx], vb2)
+            sa[idx] = va
+            if pairs:
+                sb[idx] = vb
+        cuda.syncthreads()
+        at = (lin % group) * cols
+        for k in range(cols):
+            a[k] = sa[at + k]
+            if pairs:
+                b[k] = sb[at + k]
+        cuda.syncthreads()
+
+    return block_reduce_columns

@@ -20,9 +20,11 @@ int8 as ``int8[:, :]`` (launch.py accepts any dtype of the right itemsize).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from llvmlite import ir
-from numba import cuda, int32, int64, types, uint16, uint32
+from numba import cuda, int32, int64, types, uint16, uint32, uint64
 from numba.cuda.extending import intrinsic
 
 from ...array import bfloat16
@@ -34,7 +36,11 @@ from ...ptx_patches import (
     f16x2_to_f32x2,
     global_addr,
     ld_global_nc_v4_u32,
+    ld_global_v4_u32,
+    ld_shared_v4_u32,
+    shared_addr,
     st_global_v4_u32,
+    st_shared_v4_u32,
 )
 from ...validation import fail
 
@@ -72,6 +78,8 @@ class Codec:
       [0, n) read as the storage bits ``fill``.
     - ``store(out, r, e0, n, words)``: writes the elements of words4 that lie in [0, n).
     - ``head(x, r)``: row r's misalignment in elements (int32).
+    - ``load_fresh``: as ``load`` through the coherent path (``ld.global``, not ``.nc``),
+      for data the kernel itself wrote earlier (the read-only path may serve stale lines).
     - float codecs: ``unpack(words, buf, off)`` → VEC float32 into ``buf[off:]``,
       ``pack(buf, off)`` → words4, ``decode(bits)`` / ``encode(value)`` for one element.
     """
@@ -83,7 +91,7 @@ class Codec:
         self.vec = vec
         self.reg_vecs = max(1, REG_ELEMS // vec)  # words4 per thread on the register path
         self.unpack, self.pack, self.decode, self.encode = unpack, pack, decode, encode
-        self.load, self.store, self.head = _make_io(vec, storage)
+        self.load, self.store, self.head, self.load_fresh = _make_io(vec, storage)
 
 
 def _make_io(VEC, storage):
@@ -117,6 +125,14 @@ def _make_io(VEC, storage):
         return gather(x, r, e0, n, fill)
 
     @device_function
+    def load_fresh(x, r, e0, n, fill):
+        if e0 >= 0 and e0 + VEC <= n:
+            a = global_addr(x, (int64(r), int64(e0)))
+            if a & 15 == 0:
+                return ld_global_v4_u32(a)
+        return gather(x, r, e0, n, fill)
+
+    @device_function
     def store(out, r, e0, n, words):
         if e0 >= 0 and e0 + VEC <= n:
             a = global_addr(out, (int64(r), int64(e0)))
@@ -129,7 +145,7 @@ def _make_io(VEC, storage):
                 bits = (words[j // PER_WORD] >> uint32((j % PER_WORD) * BITS)) & uint32(MASK)
                 out[r, e] = to_storage(bits)
 
-    return load, store, head
+    return load, store, head, load_fresh
 
 
 # -- float codecs -----------------------------------------------------------------------
@@ -187,6 +203,97 @@ INT8 = Codec(np.int8, "int8", 16)
 NEG_INF_BITS = {np.dtype(np.float32): 0xFF800000, np.dtype(np.float16): 0xFC00, bfloat16: 0xFF80}
 
 
+# -- chunks: several words4 of one array per step ------------------------------------------
+
+class ChunkIO:
+    """Device helpers that move a *chunk* of ``ch`` elements of one float array — ``ch``
+    a multiple of the codec's VEC, so ``ch // VEC`` words4 — for kernels that walk
+    several arrays of different widths in one step (a float16 x with its float32
+    gradient: chunks of 8 elements, one words4 of x and two of the gradient).
+
+    - ``words``: uint32 words per chunk (4 × ch / VEC), the size of its raw buffer.
+    - ``load_aligned(a, r, e0, raw, off)``: the chunk at element e0 of row r into
+      ``raw[off:off + words]`` through 128-bit read-only loads (row 16-byte aligned,
+      e0 + ch <= n: the register paths).
+    - ``load(a, r, e0, n, fill, raw, off)``: the same for any e0 (elements outside [0, n)
+      read as the storage bits ``fill``; misaligned words4 gathered).
+    - ``unpack(raw, off, buf)``: ch float32 into ``buf[0:ch]``.
+    - ``store_aligned(a, r, e0, buf)`` / ``store(a, r, e0, n, buf)``: ``buf[0:ch]``
+      rounded to the storage dtype and written (``store`` skips elements outside [0, n)).
+    - ``to_shared(raw, off, cache, at)`` / ``from_shared(cache, at, raw, off)``: the raw
+      chunk to or from the uint32 shared array ``cache`` at word ``at`` (16-byte aligned).
+    """
+
+    def __init__(self, codec, ch):
+        VEC = codec.vec
+        Q = ch // VEC
+        if Q * VEC != ch:
+            raise ValueError(f"ChunkIO: a chunk of {ch} is not a multiple of VEC={VEC}")
+        self.words = 4 * Q
+        ISZ = codec.dtype.itemsize
+        load, store, unpack, pack = codec.load, codec.store, codec.unpack, codec.pack
+
+        # Aligned chunks are addressed from the row's start plus e0 · itemsize: a kernel
+        # that walks many rows then keeps one row pointer per array live, not one 64-bit
+        # address per chunk and array (loop-invariant column offsets hoisted out of its
+        # row loop spilled the norms' backward).
+        @device_function
+        def load_aligned(a, r, e0, raw, off):
+            row = global_addr(a, (int64(r), int64(0)))
+            for q in range(Q):
+                words = ld_global_nc_v4_u32(row + uint64((e0 + q * VEC) * ISZ))
+                for i in range(4):
+                    raw[off + 4 * q + i] = words[i]
+
+        @device_function
+        def load_any(a, r, e0, n, fill, raw, off):
+            for q in range(Q):
+                words = load(a, r, e0 + q * VEC, n, fill)
+                for i in range(4):
+                    raw[off + 4 * q + i] = words[i]
+
+        @device_function
+        def unpack_chunk(raw, off, buf):
+            for q in range(Q):
+                o = off + 4 * q
+                unpack((raw[o], raw[o + 1], raw[o + 2], raw[o + 3]), buf, q * VEC)
+
+        @device_function
+        def store_aligned(a, r, e0, buf):
+            row = global_addr(a, (int64(r), int64(0)))
+            for q in range(Q):
+                st_global_v4_u32(row + uint64((e0 + q * VEC) * ISZ), pack(buf, q * VEC))
+
+        @device_function
+        def store_any(a, r, e0, n, buf):
+            for q in range(Q):
+                store(a, r, e0 + q * VEC, n, pack(buf, q * VEC))
+
+        @device_function
+        def to_shared(raw, off, cache, at):
+            for q in range(Q):
+                o = off + 4 * q
+                st_shared_v4_u32(shared_addr(cache, at + 4 * q),
+                                 (raw[o], raw[o + 1], raw[o + 2], raw[o + 3]))
+
+        @device_function
+        def from_shared(cache, at, raw, off):
+            for q in range(Q):
+                words = ld_shared_v4_u32(shared_addr(cache, at + 4 * q))
+                for i in range(4):
+                    raw[off + 4 * q + i] = words[i]
+
+        self.load_aligned, self.load, self.unpack = load_aligned, load_any, unpack_chunk
+        self.store_aligned, self.store = store_aligned, store_any
+        self.to_shared, self.from_shared = to_shared, from_shared
+
+
+@functools.cache
+def chunk_io(codec, ch):
+    """The :class:`ChunkIO` of ``codec`` for chunks of ``ch`` elements (one per pair)."""
+    return ChunkIO(codec, ch)
+
+
 # -- host side ----------------------------------------------------------------------------
 
 def rows_view(op, name, x):
@@ -235,21 +342,24 @@ def _rows_aligned(a):
     return a.ptr % VEC_BYTES == 0 and (a.shape[0] == 1 or a.strides[0] % VEC_BYTES == 0)
 
 
-def row_plan(codec, x2, *others):
+def row_plan(codec, x2, *others, vec=None, per_thread=None, vec_bytes=VEC_BYTES):
     """(threads, cache_vecs, shared bytes) for a one-row-per-block kernel over the
     [rows, n] view ``x2``. The register path (cache_vecs = -1) needs every row of ``x2``
     and of ``others`` (out, weight...) 16-byte aligned, n a multiple of VEC, and the row to
-    fit in ``codec.reg_vecs`` words4 per thread; anything else streams (module doc)."""
+    fit in ``codec.reg_vecs`` words4 per thread; anything else streams (module doc).
+    Kernels that step in chunks (:class:`ChunkIO`) pass ``vec`` (elements per chunk),
+    ``per_thread`` (chunks a thread holds on the register path) and ``vec_bytes`` (shared
+    bytes a cached chunk takes)."""
     n = x2.shape[1]
-    vec = codec.vec
+    vec = codec.vec if vec is None else vec
     nv = -(-n // vec)
-    per_thread = codec.reg_vecs
+    per_thread = codec.reg_vecs if per_thread is None else per_thread
     if n % vec == 0 and nv <= per_thread * MAX_THREADS and _rows_aligned(x2) and all(
             _rows_aligned(a) for a in others):
         return round_up(max(-(-nv // per_thread), min(nv, PREFERRED_THREADS)), 32), -1, 0
     nv += 1  # a misaligned row has a partial words4 at each end
-    cache_vecs = min(nv, WIDE_CACHE_BYTES // VEC_BYTES)
-    return min(round_up(nv, 32), WIDE_THREADS), cache_vecs, cache_vecs * VEC_BYTES
+    cache_vecs = min(nv, WIDE_CACHE_BYTES // vec_bytes)
+    return min(round_up(nv, 32), WIDE_THREADS), cache_vecs, cache_vecs * vec_bytes
 
 
 # -- launch configuration for elementwise (grid-stride) kernels ---------------------------
@@ -282,3 +392,25 @@ def elementwise_views(op, **arrays):
     if all(a.is_c_contiguous for a in arrays.values()):
         return [flat_view(a) for a in arrays.values()]
     return [rows_view(op, name, a) for name, a in arrays.items()]
+
+
+# -- rows split over a thread-block cluster (sm_90) ----------------------------------------
+
+# Largest cluster a launch asks for: 8 is the portable maximum (16 needs an opt-in).
+MAX_CLUSTER = 8
+CLUSTER_SIZES = (2, 4, 8)  # the sizes cluster_row_plan picks (a kernel variant each)
+
+
+def cluster_row_plan(nv, per_thread):
+    """(cluster size, threads) to hold a row of ``nv`` register units (words4, or whatever
+    a kernel keeps ``per_thread`` of per thread) in the registers of one thread-block
+    cluster: the smallest cluster whose CTAs need at most PREFERRED_THREADS threads (more
+    CTAs per SM keep loads in flight across the reduction barriers), capped at
+    MAX_CLUSTER CTAs of up to MAX_THREADS. None when that cannot hold the row."""
+    size = 1
+    while size < MAX_CLUSTER and -(-nv // size) > per_thread * PREFERRED_THREADS:
+        size *= 2
+    chunk = -(-nv // size)
+    if chunk > per_thread * MAX_THREADS:
+        return None
+    return size, round_up(max(-(-chunk // per_thread), min(chunk, PREFERRED_THREADS)), 32)
