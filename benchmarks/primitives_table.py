@@ -18,7 +18,9 @@ import kaionb
 from kaionb.kernels.helpers import rowwise
 from kaionb.kernels.activations import fused_silu_gate, gelu
 from kaionb.kernels.norms import layer_norm, rms_norm
+from kaionb.kernels.optim import adamw_step
 from kaionb.kernels.quantize import dequantize_int8, quantize_int8
+from kaionb.kernels.rope import rope, rope_cache
 from kaionb.kernels.softmax import softmax
 
 LARGE = [((16384, 8192), "float16"), ((16384, 8192), "float32"), ((16384, 8192), "bfloat16"),
@@ -75,9 +77,14 @@ def cases(shape, dtype):
     s = torch.empty(shape[0], device="cuda", dtype=torch.float32)
     kq, ks = kaionb.asarray(q), kaionb.asarray(s)
     quantize_int8(kx, 0, out=(kq, ks))
+    ks_tensor, ks_cols = quantize_int8(kx)[1], quantize_int8(kx, -1)[1]
+    s_tensor, s_cols = torch.from_dlpack(ks_tensor), torch.from_dlpack(ks_cols)
     nb = x.numel() * x.element_size()
     wb = w.numel() * w.element_size()
-    return [
+    # RoPE on x seen as [B, 1024, 32, 128] (NeoX layout, full rotary).
+    seq = 1024
+    x4 = x.view(-1, seq, 32, 128) if x.numel() % (seq * 32 * 128) == 0 else None
+    cases = [
         ("rms_norm", lambda: rms_norm(kx, kw, out=ko),
          lambda: F.rms_norm(x, (shape[-1],), w, 1e-6), 2 * nb + wb),  # torch >= 2.4
         ("layer_norm", lambda: layer_norm(kx, kw, kb, out=ko),
@@ -91,9 +98,56 @@ def cases(shape, dtype):
         ("quantize_int8 row", lambda: quantize_int8(kx, 0, out=(kq, ks)),
          lambda: torch.clamp(torch.round(x / (x.abs().amax(-1, keepdim=True) / 127)),
                              -127, 127).to(torch.int8), nb + x.numel()),
+        # Per tensor and per column read x twice (a scale before its first q): the floor
+        # is 2·|x| + |q|, counted here as |x| + |q| like the one-pass modes.
+        ("quantize_int8 tensor", lambda: quantize_int8(kx, None, out=(kq, ks_tensor)),
+         lambda: torch.clamp(torch.round(x / (x.abs().amax() / 127)), -127,
+                             127).to(torch.int8), nb + x.numel()),
+        ("quantize_int8 col", lambda: quantize_int8(kx, -1, out=(kq, ks_cols)),
+         lambda: torch.clamp(torch.round(x / (x.abs().amax(0, keepdim=True) / 127)),
+                             -127, 127).to(torch.int8), nb + x.numel()),
         ("dequantize_int8 row", lambda: dequantize_int8(kq, ks, 0, ko.dtype, out=ko),
          lambda: (q.to(tdt) * s[:, None].to(tdt)), nb + x.numel()),
+        ("dequantize_int8 tensor", lambda: dequantize_int8(kq, ks_tensor, None, ko.dtype, out=ko),
+         lambda: (q.to(tdt) * s_tensor.to(tdt)), nb + x.numel()),
+        ("dequantize_int8 col", lambda: dequantize_int8(kq, ks_cols, -1, ko.dtype, out=ko),
+         lambda: (q.to(tdt) * s_cols.to(tdt)), nb + x.numel()),
     ]
+    if x4 is not None:
+        cos, sin = rope_cache(seq, 128)
+        tc = torch.from_dlpack(cos).to(tdt)[:, None, :]
+        ts = torch.from_dlpack(sin).to(tdt)[:, None, :]
+        kx4, ko4 = kaionb.asarray(x4), kaionb.asarray(out.view(x4.shape))
+
+        def torch_rope():
+            x1, x2 = x4[..., :64], x4[..., 64:]
+            return torch.cat((x1 * tc - x2 * ts, x2 * tc + x1 * ts), -1)
+
+        cases.append(("rope (neox, D=128)", lambda: rope(kx4, cos, sin, out=ko4), torch_rope,
+                      2 * nb))
+    return cases
+
+
+def adamw_case(numel):
+    """kaionb.adamw_step against torch.optim.AdamW(fused=True) on float32 params and grads:
+    read p, g, m, v and write p, m, v (28 bytes per element)."""
+    import torch
+
+    p = torch.randn(numel, device="cuda")
+    grad = torch.randn(numel, device="cuda")
+    m = torch.zeros(numel, device="cuda")
+    v = torch.zeros(numel, device="cuda")
+    kp, kg, km, kv = (kaionb.asarray(t) for t in (p, grad, m, v))
+    tp = torch.nn.Parameter(p.clone())
+    tp.grad = grad.clone()
+    opt = torch.optim.AdamW([tp], lr=1e-3, fused=True)
+    step = [0]
+
+    def ours():
+        step[0] += 1
+        adamw_step(kp, kg, km, kv, lr=1e-3, step=step[0])
+
+    return ours, opt.step, 28 * numel
 
 
 def copy_bandwidth(nbytes, reps):
@@ -135,6 +189,12 @@ def main():
             rows.append(line)
             print(line, flush=True)
         torch.cuda.empty_cache()
+    ours, theirs, nbytes = adamw_case(1 << 25)
+    us, tus = bench_gpu(ours, args.reps), bench_gpu(theirs, args.reps)
+    gbs, tgbs = nbytes / us / 1e3, nbytes / tus / 1e3
+    print(f"{'adamw_step':22s} {'float32':9s} {str([1 << 25]):15s} {us:8.1f} {gbs:7.0f} "
+          f"{100 * gbs / copy_gbs:5.1f}% {tus:9.1f} {tgbs:10.0f} {tus / us:7.2f}x", flush=True)
+    torch.cuda.empty_cache()
     for t in [int(v) for v in args.threads.split(",") if v]:
         rowwise.PREFERRED_THREADS = t
         for name, ours, _, nbytes in cases((16384, 8192), "float16")[:3]:

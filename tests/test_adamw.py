@@ -24,6 +24,10 @@ STEPS = 100
 # (adamw_ref in float32 against float64), 1.8e-6 (torch's foreach arithmetic against
 # adamw_ref in float32).
 TOL = 1e-5
+# Against torch: both sides carry their own float32 rounding over 100 steps (torch's fused
+# kernel keeps beta and lr·wd in float64, its foreach path in float32). Measured on the
+# H100: v differs by 1.23e-5 from the fused kernel while each is within 1e-5 of float64.
+TOL_TORCH = 3e-5
 # torch.optim.AdamW's defaults, and a set with every hyper-parameter moved.
 HYPER = {
     "default": dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01),
@@ -324,7 +328,7 @@ def test_matches_torch(hyper, grad_dtype, fused):
     torch.cuda.synchronize()
     for name, ours, theirs in (("param", p, tp.detach()), ("m", m, state["exp_avg"]),
                                ("v", v, state["exp_avg_sq"])):
-        assert_close(ours, theirs.cpu().numpy().astype(np.float64), tol=TOL,
+        assert_close(ours, theirs.cpu().numpy().astype(np.float64), tol=TOL_TORCH,
                      what=f"{name} vs torch")
 
 
