@@ -38,6 +38,7 @@ from ..ptx_patches import (
     cluster_wait,
     device_function,
     global_addr,
+    ld_global_nc_v4_f32,
     ld_global_nc_v4_u32,
     st_global_v4_u32,
 )
@@ -247,16 +248,31 @@ def _make_dequantize_int8_kernel(codec, name):
                     v = v0 + u * T
                     if v < nv:
                         e0 = v * 16 - head
+                        if mode == COL:
+                            _column_scales16(scale, e0, n, f)
+                        else:
+                            for j in range(16):
+                                f[j] = row_scale
                         for j in range(16):
                             b = int32(raw[4 * u + j // 4] << uint32(24 - 8 * (j % 4))) >> 24
-                            sj = row_scale
-                            if mode == COL:
-                                sj = scale[min(max(e0 + j, 0), n - 1)]
-                            f[j] = float32(b) * sj
+                            f[j] *= float32(b)
                         for k in range(SUB):
                             store(out, r, e0 + k * VEC, n, pack(f, k * VEC))
 
     return _dequantize_int8_fwd_kernel
+
+
+@device_function
+def _column_scales16(scale, e0, n, f):
+    """f[0:16] = scale[e0:e0+16] (clamped into [0, n) at the edges): four 16-byte loads
+    where the run is whole and aligned."""
+    if e0 >= 0 and e0 + 16 <= n and global_addr(scale, e0) & 15 == 0:
+        for i in range(4):
+            a, b, c, d = ld_global_nc_v4_f32(global_addr(scale, e0 + 4 * i))
+            f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3] = a, b, c, d
+    else:
+        for j in range(16):
+            f[j] = scale[min(max(e0 + j, 0), n - 1)]
 
 
 def _make_quantize_rows_kernel(codec, name, cluster=1):
