@@ -120,7 +120,9 @@ from .kernels.matmul_int4 import (
 )
 from .kernels.matmul_int8 import matmul_int8, qkv_project_int8
 from .kernels.norms import layer_norm, rms_norm
+from .kernels.optim import adamw_step
 from .kernels.quantize import dequantize_int8, quantize_int8
+from .kernels.rope import rope, rope_bwd, rope_cache
 from .kernels.softmax import softmax
 from . import grad, random
 
