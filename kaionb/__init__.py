@@ -102,7 +102,7 @@ from .kernels.attention import (
     attention_tc,
     attention_tc_causal,
 )
-from .kernels.activations import fused_silu_gate, gelu
+from .kernels.activations import fused_silu_gate, fused_silu_gate_bwd, gelu, gelu_bwd
 from .kernels.matmul import (
     matmul,
     matmul_tc,
@@ -119,11 +119,18 @@ from .kernels.matmul_int4 import (
     quantize_int4,
 )
 from .kernels.matmul_int8 import matmul_int8, qkv_project_int8
-from .kernels.norms import layer_norm, rms_norm
+from .kernels.norms import (
+    add_rms_norm,
+    add_rms_norm_bwd,
+    layer_norm,
+    layer_norm_bwd,
+    rms_norm,
+    rms_norm_bwd,
+)
 from .kernels.optim import adamw_step
 from .kernels.quantize import dequantize_int8, quantize_int8
 from .kernels.rope import rope, rope_bwd, rope_cache
-from .kernels.softmax import softmax
+from .kernels.softmax import softmax, softmax_bwd
 from . import grad, random
 
 __version__ = "0.1.0"

@@ -88,7 +88,8 @@ def test_out_checked_with_the_op_named(name, no_launch):
         call([[0.0] * 8] * 4)
 
 
-@pytest.mark.parametrize("name", SINGLE_OUTPUT_OPS)
+# softmax writes an out= of any layout (tests/test_softmax.py, test_softmax_out_any_layout).
+@pytest.mark.parametrize("name", [n for n in SINGLE_OUTPUT_OPS if n != "softmax"])
 def test_out_layout_is_one_the_kernel_writes(name, no_launch):
     expected = "a contiguous last axis"
     strided_last_axis = fake((4, 16))[:, ::2]

@@ -1,26 +1,65 @@
-"""RMSNorm and LayerNorm over the last axis.
+"""RMSNorm, LayerNorm and the pre-norm residual add, over the last axis, with their
+backward passes.
 
-    rms_norm:   y = x / sqrt(mean(x²) + eps) · w                  (Zhang & Sennrich 2019,
-                https://arxiv.org/abs/1910.07467)
-    layer_norm: y = (x − mean(x)) / sqrt(var(x) + eps) · w + b    (Ba et al. 2016,
-                https://arxiv.org/abs/1607.06450; biased variance, as PyTorch)
+    rms_norm:     y = x / sqrt(mean(x²) + eps) · w                (Zhang & Sennrich 2019,
+                  https://arxiv.org/abs/1910.07467)
+    layer_norm:   y = (x − mean(x)) / sqrt(var(x) + eps) · w + b  (Ba et al. 2016,
+                  https://arxiv.org/abs/1607.06450; biased variance, as PyTorch)
+    add_rms_norm: s = x + residual (rounded to the storage dtype), y = rms_norm(s, w, eps):
+                  the residual stream of every Llama-style block, one pass.
 
-Memory-bound: the floor is one read of x and one write of y (w and b stay in L2). One
-block per row. Aligned rows of up to 32768 elements stay in registers between the
-statistics and the output: one pass over HBM. Wider or misaligned rows stream twice, the
-first 96 KiB of the row parked in shared memory and the rest re-read (from L2 when the
-row is recent). Statistics accumulate in float32: the register path takes the variance
-around the mean in a second sweep over registers; the streaming path from sums shifted by
-the row's first element (exact up to rounding unless that element lies many standard
-deviations from the mean).
+Memory-bound: the floor is one read of each input and one write of each output (w and b
+stay in L2). One block per row. Aligned rows of up to 32768 elements (16384 for
+add_rms_norm, which holds x and residual at once) stay in registers between the
+statistics and the output: one pass over HBM. Wider or misaligned rows stream
+twice, the first 96 KiB of the row parked in shared memory and the rest re-read (from L2
+when the row is recent). Statistics accumulate in float32: the register path takes the
+variance around the mean in a second sweep over registers; the streaming path from sums
+shifted by the row's first element (exact up to rounding unless that element lies many
+standard deviations from the mean).
+
+add_rms_norm normalizes the *rounded* sum: s is rounded to the storage dtype, written,
+and its rounded values feed the statistics — so the result equals ``rms_norm(x +
+residual)`` computed unfused in that dtype, the backward (which reads s) differentiates
+exactly the function the forward computed, and it is what vLLM's fused_add_rms_norm does
+(the sum is a scalar_t). flash-attn's Triton layer_norm differs: it normalizes the
+unrounded float32 sum and stores the rounded one for its backward.
+
+**Backward.** With x̂ = (x − mean)·rstd (mean = 0 for RMSNorm) and dy = g·w:
+
+    dx = rstd · (dy − mean(dy) − x̂ · mean(dy · x̂))    (mean(dy): LayerNorm only)
+    dw = Σ_rows g · x̂         db = Σ_rows g
+    add_rms_norm, grads (g_y, g_s): ds = g_s + rms_norm's dx(s, g_y); dx = dresidual = ds
+
+The statistics are recomputed from x, not saved by the forward: the backward holds the row
+in registers anyway, so mean and rstd cost one more block reduction and no memory
+traffic, and the forward stays the same kernel whether a tape records or not. Kernels
+per (x dtype, gradient dtype) — the gradient in x's dtype or float32 (the tape's), dx in
+the gradient's — walk the row in chunks of the wider vector (8 elements for a float16 x
+with a float32 gradient: one 16-byte load of x, two of g). On the register path a thread
+holds 8 or 16 elements of x and g and its dw (db) accumulators (``_bwd_reg_elems``): rows
+up to 8192 or 16384 elements, one pass; other rows take the streaming kernel (the row
+read twice, the first 96 KiB of x and g parked in shared memory).
+
+Weight gradients are deterministic: the grid is one wave of P blocks, block p takes rows
+p, p + P, ... in order and keeps its partial dw in float32 (registers; on the streaming
+path a row of a [P, n] workspace that the block alone updates, barrier-separated); the
+P partials are then summed by the column reduction of kernels/reductions.py, whose order
+depends on the shape and the GPU only. No atomics: bit-identical run to run.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
+from .._device import check_driver, multiprocessor_count
+from ..array import DeviceArray, empty
+from ..grad.record import active_tape
 from ..ptx_patches import (
+    device_function,
     global_addr,
     ld_global_nc_v4_u32,
     ld_shared_v4_u32,
@@ -37,39 +76,74 @@ from ..validation import (
     check_same_device,
     check_same_dtype,
     check_shape,
+    fail,
 )
 from .helpers import block_sum
+from .helpers.reduce import block_sums
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
     MAX_THREADS,
     WIDE_CACHE_BYTES,
+    WIDE_THREADS,
+    chunk_io,
     row_plan,
     rows_view,
 )
 from .launch import kernel
-from .op import Plan, fast_path, output, run
+from .op import C_CONTIGUOUS, LAST_AXIS, Plan, _span, fast_path, output, outputs, record, run
+from .reductions import reduce_fwd
+
+F32 = np.dtype(np.float32)
+
+
+def _bwd_reg_elems(op, x_dtype, g_dtype):
+    """Elements per thread (of x, g and the dw accumulators) on the backward's register
+    path: the most that assemble without spills under the 64-register cap of 1024
+    threads on sm_80, sm_89 and sm_90a. 16 (rows up to 16384) for RMSNorm with x and g
+    both half types (8 + 8 registers of data, 16 of dw); 8 (rows up to 8192) for a float32
+    x or g (16 spilled 20 bytes on sm_90a with a float32 g, 72-80 with a float32 x) and
+    for LayerNorm, which also keeps db (16 spilled 56-236 bytes)."""
+    halves = x_dtype != F32 and g_dtype != F32
+    return 16 if op == "rms_norm" and halves else 8
+
+
+# -- forward ---------------------------------------------------------------------------------
+
+def _reg_vecs(op, codec):
+    """words4 of x per thread on the forward's register path. add_rms_norm holds x's and
+    the residual's words at once (every load issued before the first store of s): half
+    as many, rows up to 16384 elements — the full count spilled 112-144 bytes (float32)
+    and 8 (float16 on sm_89) under the 64-register cap."""
+    return codec.reg_vecs // 2 if op == "add_rms_norm" else codec.reg_vecs
 
 
 def _make_norm_kernel(op, codec, name):
     """One block per row. ``cache_vecs < 0``: the row is 16-byte aligned and fits in
     registers (REG_VECS words4 per thread): one pass over HBM. Otherwise the streaming
     path: pass 1 takes the statistics and parks the first ``cache_vecs`` words4 in shared
-    memory, pass 2 normalizes from there or re-reads (an L2 hit when the row is recent)."""
+    memory, pass 2 normalizes from there or re-reads (an L2 hit when the row is recent).
+    ``op`` "add_rms_norm": the row is s = x + residual, rounded, written to ``s_out`` as it
+    is formed; pass 2 re-reads s from ``s_out`` (coherently: this kernel wrote it)."""
     VEC = codec.vec
     S = codec.storage
     load, store, head_of, unpack, pack, decode = (codec.load, codec.store, codec.head,
                                                   codec.unpack, codec.pack, codec.decode)
+    load_fresh = codec.load_fresh
     LAYER_NORM = op == "layer_norm"
-    REG_VECS = codec.reg_vecs
+    ADD = op == "add_rms_norm"
+    REG_VECS = _reg_vecs(op, codec)
     RAW = 4 * REG_VECS
-    U = 3  # words4 loads of x in flight per thread in streaming pass 1 (4 spilled 8 bytes on sm_89)
+    RAW_ADD = RAW if ADD else 1
+    # words4 loads of x in flight per thread in streaming pass 1 (4 spilled 8 bytes on
+    # sm_89); add_rms_norm loads x and residual: 2 of each.
+    U = 2 if ADD else 3
     U2 = 2  # ... of x, w and b in pass 2 (4 spilled under the 64-register cap)
     RAW2 = 4 * U2
+    RAW1_ADD = 4 * U if ADD else 1
 
-    @kernel([f"void({S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], int32, float32, int32, int32)"],
-            name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES, launch_bounds=MAX_THREADS)
-    def _norm_fwd_kernel(x, w, b, out, n, eps, has_bias, cache_vecs):
+    @device_function
+    def norm_row(x, res, w, b, s_out, out, n, eps, has_bias, cache_vecs):
         scratch = cuda.shared.array(32, float32)
         cache = cuda.shared.array(0, uint32)
         raw = cuda.local.array(RAW, uint32)
@@ -86,6 +160,7 @@ def _make_norm_kernel(op, codec, name):
             # Registers: every words4 is whole and aligned; no masks but v < nv.
             nv = n // VEC
             acc = float32(0.0)
+            rr = cuda.local.array(RAW_ADD, uint32)
             for k in range(REG_VECS):
                 v = t + k * T
                 words = (uint32(0), uint32(0), uint32(0), uint32(0))
@@ -93,9 +168,35 @@ def _make_norm_kernel(op, codec, name):
                     words = ld_global_nc_v4_u32(global_addr(x, (int64(r), int64(v * VEC))))
                 for i in range(4):
                     raw[4 * k + i] = words[i]
-                unpack(words, f, 0)
-                for j in range(VEC):
-                    acc += f[j] if LAYER_NORM else f[j] * f[j]
+                if ADD:
+                    # Every load of x and residual is issued before the first store of s
+                    # (a store may alias an input: nothing can move past it).
+                    words = (uint32(0), uint32(0), uint32(0), uint32(0))
+                    if v < nv:
+                        words = ld_global_nc_v4_u32(global_addr(res, (int64(r),
+                                                                      int64(v * VEC))))
+                    for i in range(4):
+                        rr[4 * k + i] = words[i]
+                else:
+                    unpack(words, f, 0)
+                    for j in range(VEC):
+                        acc += f[j] if LAYER_NORM else f[j] * f[j]
+            if ADD:
+                # s = x + residual rounded to storage: its bits replace x's in registers.
+                for k in range(REG_VECS):
+                    v = t + k * T
+                    unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
+                    unpack((rr[4 * k], rr[4 * k + 1], rr[4 * k + 2], rr[4 * k + 3]), g, 0)
+                    for j in range(VEC):
+                        f[j] += g[j]
+                    words = pack(f, 0)
+                    for i in range(4):
+                        raw[4 * k + i] = words[i]
+                    if v < nv:
+                        st_global_v4_u32(global_addr(s_out, (int64(r), int64(v * VEC))), words)
+                    unpack(words, f, 0)
+                    for j in range(VEC):
+                        acc += f[j] * f[j]
             if LAYER_NORM:
                 # Second sweep over registers: var = mean((x − mean)²); padding excluded.
                 mean = block_sum(acc, scratch) * inv_n
@@ -131,6 +232,7 @@ def _make_norm_kernel(op, codec, name):
         fill = first if LAYER_NORM else 0
         s1 = float32(0.0)
         s2 = float32(0.0)
+        r1 = cuda.local.array(RAW1_ADD, uint32)
         for v0 in range(t, nv, U * T):
             for u in range(U):
                 v = v0 + u * T
@@ -138,10 +240,21 @@ def _make_norm_kernel(op, codec, name):
                     words = load(x, r, v * VEC - head, n, fill)
                     for i in range(4):
                         raw[4 * u + i] = words[i]
+                    if ADD:
+                        words = load(res, r, v * VEC - head, n, 0)
+                        for i in range(4):
+                            r1[4 * u + i] = words[i]
             for u in range(U):
                 v = v0 + u * T
                 if v < nv:
                     words = (raw[4 * u], raw[4 * u + 1], raw[4 * u + 2], raw[4 * u + 3])
+                    if ADD:
+                        unpack(words, f, 0)
+                        unpack((r1[4 * u], r1[4 * u + 1], r1[4 * u + 2], r1[4 * u + 3]), g, 0)
+                        for j in range(VEC):
+                            f[j] += g[j]
+                        words = pack(f, 0)
+                        store(s_out, r, v * VEC - head, n, words)
                     if v < cache_vecs:
                         st_shared_v4_u32(shared_addr(cache, 4 * v), words)
                     unpack(words, f, 0)
@@ -164,6 +277,8 @@ def _make_norm_kernel(op, codec, name):
                     e0 = v * VEC - head
                     if v < cache_vecs:
                         words = ld_shared_v4_u32(shared_addr(cache, 4 * v))
+                    elif ADD:
+                        words = load_fresh(s_out, r, e0, n, 0)
                     else:
                         words = load(x, r, e0, n, 0)
                     wv = load(w, 0, e0, n, 0)
@@ -188,11 +303,267 @@ def _make_norm_kernel(op, codec, name):
                             f[j] += g[j]
                     store(out, r, e0, n, pack(f, 0))
 
+    options = dict(name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES,
+                   launch_bounds=MAX_THREADS)
+    if ADD:
+        @kernel([f"void({S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], int32, float32, "
+                 "int32)"], **options)
+        def _add_rms_norm_fwd_kernel(x, res, w, s_out, out, n, eps, cache_vecs):
+            norm_row(x, res, w, w, s_out, out, n, eps, 0, cache_vecs)
+
+        return _add_rms_norm_fwd_kernel
+
+    @kernel([f"void({S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], int32, float32, int32, int32)"],
+            **options)
+    def _norm_fwd_kernel(x, w, b, out, n, eps, has_bias, cache_vecs):
+        norm_row(x, x, w, b, out, out, n, eps, has_bias, cache_vecs)
+
     return _norm_fwd_kernel
 
 
 _KERNELS = {(op, dt): _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_{dt.name}")
-            for op in ("rms_norm", "layer_norm") for dt, codec in CODECS.items()}
+            for op in ("rms_norm", "layer_norm", "add_rms_norm")
+            for dt, codec in CODECS.items()}
+
+
+# -- backward --------------------------------------------------------------------------------
+
+def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
+    """Rows p, p + P, ... of block p (P = gridDim.x). Arrays: x and w in x's dtype; the
+    gradient g, the extra gradient ``gs`` added to dx (``has_gs``: add_rms_norm's g_s) and
+    dx in g's dtype; ``dw_part`` / ``db_part`` [P, n] float32, row p this block's partial
+    sums (db only for LayerNorm with ``has_bias``). Two kernels, each with its own
+    register budget: the register path (rows aligned, n % CH == 0, KC chunks per thread,
+    up to 1024 threads: 64 registers), and the streaming path (``streaming``, up to
+    WIDE_THREADS = 512 threads: 128 registers — in one kernel with the register path it
+    spilled 100-400 bytes on the half types): pass 1 takes the four shifted sums and
+    parks the first ``cache_chunks`` chunks of x and g in shared memory, pass 2 writes dx
+    and read-modify-writes the block's dw row."""
+    LAYER_NORM = op == "layer_norm"
+    CH = max(x_codec.vec, g_codec.vec)  # elements per chunk: one words4 of the narrower
+    xio, gio = chunk_io(x_codec, CH), chunk_io(g_codec, CH)
+    XW, GW = xio.words, gio.words
+    # numba reads device functions from plain names, not attributes.
+    x_load_aligned, x_load, x_unpack = xio.load_aligned, xio.load, xio.unpack
+    x_to_shared, x_from_shared = xio.to_shared, xio.from_shared
+    g_load_aligned, g_load, g_unpack = gio.load_aligned, gio.load, gio.unpack
+    g_to_shared, g_from_shared = gio.to_shared, gio.from_shared
+    g_store_aligned, g_store = gio.store_aligned, gio.store
+    g_add_aligned, g_add = gio.add_aligned, gio.add
+    CW = XW + GW  # shared-memory words of one cached chunk (x, then g)
+    KC = _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype) // CH
+    E = KC * CH
+    REG_X, REG_G = KC * XW, KC * GW  # local-array sizes must be plain constants
+    EB = E if LAYER_NORM else 1
+    head_of, decode = x_codec.head, x_codec.decode
+    reg_sums = block_sums(3 if LAYER_NORM else 2)
+    stream_sums = block_sums(4 if LAYER_NORM else 2)
+    XS, GS = x_codec.storage, g_codec.storage
+
+    @kernel([f"void({XS}[:, :], {GS}[:, :], {XS}[:, :], {GS}[:, :], {GS}[:, :], "
+             "float32[:, :], float32[:, :], int32, float32, int32, int32, int32)"],
+            name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES if streaming else 0,
+            launch_bounds=(WIDE_THREADS, 1) if streaming else MAX_THREADS)
+    def _norm_bwd_kernel(x, g, w, gs, dx, dw_part, db_part, n, eps, has_bias, has_gs,
+                         cache_chunks):
+        scratch = cuda.shared.array(128, float32)
+        cache = cuda.shared.array(0, uint32)
+        sums = cuda.local.array(4, float32)
+        fx = cuda.local.array(CH, float32)
+        fg = cuda.local.array(CH, float32)
+        fw = cuda.local.array(CH, float32)
+        rwt = cuda.local.array(XW, uint32)
+        p = int32(cuda.blockIdx.x)
+        P = int32(cuda.gridDim.x)
+        t = int32(cuda.threadIdx.x)
+        T = int32(cuda.blockDim.x)
+        rows = int32(x.shape[0])
+        inv_n = float32(1.0) / float32(n)
+        if not streaming:
+            rx = cuda.local.array(REG_X, uint32)
+            rg = cuda.local.array(REG_G, uint32)
+            aw = cuda.local.array(E, float32)
+            ab = cuda.local.array(EB, float32)
+            for j in range(E):
+                aw[j] = float32(0.0)
+            for j in range(EB):
+                ab[j] = float32(0.0)
+            nc = n // CH
+            for r in range(p, rows, P):
+                for k in range(KC):
+                    v = t + k * T
+                    if v < nc:
+                        x_load_aligned(x, r, v * CH, rx, k * XW)
+                        g_load_aligned(g, r, v * CH, rg, k * GW)
+                mean = float32(0.0)
+                if LAYER_NORM:
+                    acc = float32(0.0)
+                    for k in range(KC):
+                        if t + k * T < nc:
+                            x_unpack(rx, k * XW, fx)
+                            for j in range(CH):
+                                acc += fx[j]
+                    mean = block_sum(acc, scratch) * inv_n
+                # Σ (x − mean)², Σ dy·(x − mean), Σ dy over the row, one barrier round.
+                for i in range(3):
+                    sums[i] = float32(0.0)
+                for k in range(KC):
+                    v = t + k * T
+                    if v < nc:
+                        x_unpack(rx, k * XW, fx)
+                        g_unpack(rg, k * GW, fg)
+                        x_load_aligned(w, 0, v * CH, rwt, 0)
+                        x_unpack(rwt, 0, fw)
+                        for j in range(CH):
+                            d = fx[j] - mean
+                            dy = fg[j] * fw[j]
+                            sums[0] += d * d
+                            sums[1] += dy * d
+                            if LAYER_NORM:
+                                sums[2] += dy
+                reg_sums(sums, scratch)
+                rstd = rsqrt_approx_f32(sums[0] * inv_n + eps)
+                c1 = sums[1] * inv_n * rstd  # mean(dy · x̂)
+                c2 = sums[2] * inv_n if LAYER_NORM else float32(0.0)  # mean(dy)
+                for k in range(KC):
+                    v = t + k * T
+                    if v < nc:
+                        e0 = v * CH
+                        x_unpack(rx, k * XW, fx)
+                        g_unpack(rg, k * GW, fg)
+                        x_load_aligned(w, 0, e0, rwt, 0)
+                        x_unpack(rwt, 0, fw)
+                        # dw (db) first: then g is dead and its buffer takes dx (four
+                        # chunk buffers live spilled 12 bytes on sm_90a).
+                        for j in range(CH):
+                            xh = (fx[j] - mean) * rstd
+                            aw[k * CH + j] += fg[j] * xh
+                            if LAYER_NORM:
+                                ab[k * CH + j] += fg[j]
+                            fx[j] = xh
+                            fw[j] *= fg[j]  # dy
+                        for j in range(CH):
+                            fg[j] = rstd * (fw[j] - c2 - fx[j] * c1)
+                        if has_gs:
+                            g_add_aligned(gs, r, e0, fg)
+                        g_store_aligned(dx, r, e0, fg)
+            for k in range(KC):
+                v = t + k * T
+                if v < nc:
+                    for j in range(CH):
+                        dw_part[p, v * CH + j] = aw[k * CH + j]
+                        if LAYER_NORM and has_bias:
+                            db_part[p, v * CH + j] = ab[k * CH + j]
+            return
+        rx = cuda.local.array(XW, uint32)
+        rg = cuda.local.array(GW, uint32)
+        for r in range(p, rows, P):
+            head = head_of(x, r)
+            nc = (head + n + CH - 1) // CH
+            # Sums shifted by the row's first element (LayerNorm); masked elements read as
+            # it (x) and 0 (g) and add nothing.
+            first = x[r, 0]
+            shift = decode(first) if LAYER_NORM else float32(0.0)
+            fill = first if LAYER_NORM else 0
+            for i in range(4):
+                sums[i] = float32(0.0)
+            for v in range(t, nc, T):
+                e0 = v * CH - head
+                x_load(x, r, e0, n, fill, rx, 0)
+                g_load(g, r, e0, n, 0, rg, 0)
+                if v < cache_chunks:
+                    x_to_shared(rx, 0, cache, v * CW)
+                    g_to_shared(rg, 0, cache, v * CW + XW)
+                x_unpack(rx, 0, fx)
+                g_unpack(rg, 0, fg)
+                x_load(w, 0, e0, n, 0, rwt, 0)
+                x_unpack(rwt, 0, fw)
+                for j in range(CH):
+                    d = fx[j] - shift
+                    dy = fg[j] * fw[j]
+                    sums[0] += d * d
+                    sums[1] += dy * d
+                    if LAYER_NORM:
+                        sums[2] += dy
+                        sums[3] += d
+            stream_sums(sums, scratch)
+            var = sums[0] * inv_n
+            dyd = sums[1] * inv_n  # mean(dy · (x − shift))
+            mean = float32(0.0)
+            c2 = float32(0.0)
+            if LAYER_NORM:
+                dm = sums[3] * inv_n
+                mean = shift + dm
+                var = max(var - dm * dm, float32(0.0))
+                c2 = sums[2] * inv_n
+                dyd -= dm * c2  # mean(dy · (x − mean))
+            rstd = rsqrt_approx_f32(var + eps)
+            c1 = dyd * rstd
+            fresh = r == p  # the block's first row writes its dw row, later rows add to it
+            for v in range(t, nc, T):
+                e0 = v * CH - head
+                if v < cache_chunks:
+                    x_from_shared(cache, v * CW, rx, 0)
+                    g_from_shared(cache, v * CW + XW, rg, 0)
+                else:
+                    x_load(x, r, e0, n, 0, rx, 0)
+                    g_load(g, r, e0, n, 0, rg, 0)
+                x_unpack(rx, 0, fx)
+                g_unpack(rg, 0, fg)
+                x_load(w, 0, e0, n, 0, rwt, 0)
+                x_unpack(rwt, 0, fw)
+                # dw (db) first: then g is dead and its buffer takes dx.
+                for j in range(CH):
+                    xh = (fx[j] - mean) * rstd
+                    e = e0 + j
+                    if 0 <= e < n:
+                        pw = fg[j] * xh
+                        pb = fg[j]
+                        if not fresh:
+                            pw += dw_part[p, e]
+                            if LAYER_NORM and has_bias:
+                                pb += db_part[p, e]
+                        dw_part[p, e] = pw
+                        if LAYER_NORM and has_bias:
+                            db_part[p, e] = pb
+                    fx[j] = xh
+                    fw[j] *= fg[j]  # dy
+                for j in range(CH):
+                    fg[j] = rstd * (fw[j] - c2 - fx[j] * c1)
+                if has_gs:
+                    g_add(gs, r, e0, n, fg)
+                g_store(dx, r, e0, n, fg)
+
+    return _norm_bwd_kernel
+
+
+def _bwd_variants():
+    """(op, x dtype, gradient dtype) -> ((register kernel, streaming kernel), chunk
+    elements, chunks per thread on the register path, shared bytes per cached chunk).
+    Gradients come in x's dtype or float32 (what the tape passes)."""
+    variants = {}
+    for op in ("rms_norm", "layer_norm"):
+        for x_dt, x_codec in CODECS.items():
+            for g_dt in dict.fromkeys((x_dt, F32)):
+                g_codec = CODECS[g_dt]
+                ch = max(x_codec.vec, g_codec.vec)
+                kdefs = tuple(_make_norm_bwd_kernel(
+                    op, x_codec, g_codec, f"_{op}_bwd_kernel{path}_{x_dt.name}_{g_dt.name}",
+                    path == "_wide") for path in ("", "_wide"))
+                words = chunk_io(x_codec, ch).words + chunk_io(g_codec, ch).words
+                variants[op, x_dt, g_dt] = (kdefs, ch, _bwd_reg_elems(op, x_dt, g_dt) // ch,
+                                            4 * words)
+    return variants
+
+
+_BWD_KERNELS = _bwd_variants()
+
+
+# -- host: forward ---------------------------------------------------------------------------
+
+def _weight_row(a, n):
+    """A [1, n] view of a 1-D parameter (weight, bias): row 0 for every row of x."""
+    return a._view((1, n), (0, a.itemsize))
 
 
 @fast_path
@@ -221,11 +592,72 @@ def _norm_launch(op, x, weight, bias, eps, out):
     x2 = rows_view(op, "x", x)
     out2 = rows_view(op, "out", out)
     rows, n = x2.shape
-    w2 = weight._view((1, n), (0, weight.itemsize))
-    b2 = w2 if bias is None else bias._view((1, n), (0, bias.itemsize))
+    w2 = _weight_row(weight, n)
+    b2 = w2 if bias is None else _weight_row(bias, n)
     threads, cache_vecs, smem = row_plan(CODECS[x.dtype], x2, out2, w2, b2)
     Plan.of(_KERNELS[op, x.dtype], (rows,), (threads,), smem).launch(
         x2, w2, b2, out2, n, eps, int(bias is not None), cache_vecs)
+
+
+def _overlap(a, b) -> bool:
+    if not (a.size and b.size):
+        return False
+    (a_lo, a_hi), (b_lo, b_hi) = _span(a), _span(b)
+    return a_lo < b_hi and b_lo < a_hi
+
+
+def _same_layout(a, b) -> bool:
+    return (a.ptr, a.shape, a.strides) == (b.ptr, b.shape, b.strides)
+
+
+@fast_path
+def add_rms_norm_fwd(x, residual, weight, eps=1e-6, *, out=None, residual_out=None):
+    """Validate, resolve both outputs and launch. Returns ``(out, residual_out)``."""
+    op = "add_rms_norm"
+    x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
+    residual = as_array(op, "residual", residual, dtypes=FLOAT_DTYPES)
+    weight = as_array(op, "weight", weight, dtypes=FLOAT_DTYPES)
+    check_ndim(op, "x", x, (1, None))
+    check_shape(op, "residual", residual, x.shape)
+    check_shape(op, "weight", weight, x.shape[-1:])
+    check_same_dtype(op, x=x, residual=residual, weight=weight)
+    check_same_device(op, x=x, residual=residual, weight=weight)
+    for name, a in (("x", x), ("residual", residual), ("weight", weight)):
+        check_contiguous(op, name, a, last_axis_only=True)
+    check_positive(op, "eps", eps)
+    out = output(op, out, x.shape, x.dtype, device=x.device_id)
+    residual_out = output(op, residual_out, x.shape, x.dtype, device=x.device_id,
+                          name="residual_out")
+    # In place is fine (each element is read before it is written, by the thread that
+    # writes it); any other overlap would read elements already overwritten.
+    if _overlap(out, residual_out):
+        fail(ValueError, op, "residual_out", "memory apart from 'out'",
+             f"arrays that overlap (out at 0x{out.ptr:x}, residual_out at "
+             f"0x{residual_out.ptr:x})")
+    for oname, o in (("out", out), ("residual_out", residual_out)):
+        for iname, a in (("x", x), ("residual", residual), ("weight", weight)):
+            in_place = iname != "weight" and _same_layout(o, a)
+            if _overlap(o, a) and not in_place:
+                fail(ValueError, op, oname, f"memory apart from '{iname}'" if iname == "weight"
+                     else f"'{iname}' itself (in place) or memory apart from it",
+                     f"a partial overlap (shape {o.shape} strides {o.strides} at "
+                     f"0x{o.ptr:x})")
+    return run(_add_rms_norm_launch, x, residual, weight, eps, out=(out, residual_out))
+
+
+def _add_rms_norm_launch(x, residual, weight, eps, out, residual_out):
+    op = "add_rms_norm"
+    x2 = rows_view(op, "x", x)
+    r2 = rows_view(op, "residual", residual)
+    out2 = rows_view(op, "out", out)
+    s2 = rows_view(op, "residual_out", residual_out)
+    rows, n = x2.shape
+    w2 = _weight_row(weight, n)
+    codec = CODECS[x.dtype]
+    threads, cache_vecs, smem = row_plan(codec, x2, r2, out2, s2, w2,
+                                         per_thread=_reg_vecs(op, codec))
+    Plan.of(_KERNELS[op, x.dtype], (rows,), (threads,), smem).launch(
+        x2, r2, w2, s2, out2, n, eps, cache_vecs)
 
 
 def rms_norm_fwd(x, weight, eps=1e-6, *, out=None):
@@ -234,6 +666,126 @@ def rms_norm_fwd(x, weight, eps=1e-6, *, out=None):
 
 def layer_norm_fwd(x, weight, bias=None, eps=1e-5, *, out=None):
     return _norm_fwd("layer_norm", x, weight, bias, eps, out)
+
+
+# -- host: backward --------------------------------------------------------------------------
+
+@functools.cache
+def _resident_blocks(compiled, threads: int, shared: int) -> int:
+    """How many blocks of ``threads`` with ``shared`` dynamic bytes fit on one SM, as the
+    driver computes it (registers and shared memory decide)."""
+    from cuda.bindings import driver
+
+    err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(compiled._function,
+                                                                     threads, shared)
+    check_driver(err, f"cuOccupancyMaxActiveBlocksPerMultiprocessor({compiled.kdef.name})")
+    return max(1, blocks)
+
+
+@fast_path
+def _norm_bwd(op, kernel_op, names, grad, x, weight, bias, grad_extra, eps, out):
+    """Validate and resolve (dx, dweight[, dbias]); launch. ``names``: what the user's
+    function calls grad, x and grad_extra (add_rms_norm_bwd: s, grad_residual)."""
+    g_name, x_name, extra_name = names
+    x = as_array(op, x_name, x, dtypes=FLOAT_DTYPES)
+    grad = as_array(op, g_name, grad, dtypes=tuple(dict.fromkeys((x.dtype, F32))))
+    weight = as_array(op, "weight", weight, dtypes=FLOAT_DTYPES)
+    check_ndim(op, x_name, x, (1, None))
+    check_shape(op, g_name, grad, x.shape)
+    check_shape(op, "weight", weight, x.shape[-1:])
+    if bias is not None:
+        bias = as_array(op, "bias", bias, dtypes=FLOAT_DTYPES)
+        check_shape(op, "bias", bias, x.shape[-1:])
+    check_same_dtype(op, **{x_name: x, "weight": weight, "bias": bias})
+    if grad_extra is not None:
+        grad_extra = as_array(op, extra_name, grad_extra, dtypes=FLOAT_DTYPES)
+        check_shape(op, extra_name, grad_extra, x.shape)
+        check_same_dtype(op, **{g_name: grad, extra_name: grad_extra})
+    check_same_device(op, **{x_name: x, g_name: grad, "weight": weight, "bias": bias,
+                             extra_name: grad_extra})
+    for name, a in ((x_name, x), (g_name, grad), ("weight", weight), (extra_name, grad_extra)):
+        if a is not None:
+            check_contiguous(op, name, a, last_axis_only=True)
+    check_positive(op, "eps", eps)
+    n = x.shape[-1]
+    specs = [(x.shape, grad.dtype, LAST_AXIS), ((n,), F32, C_CONTIGUOUS)]
+    if bias is not None:
+        specs.append(((n,), F32, C_CONTIGUOUS))
+    result = outputs(op, out, specs, device=x.device_id)
+    if result[0].size == 0:  # no rows: the weight gradients are sums of nothing
+        for d in result[1:]:
+            d.fill(0.0)
+        return result
+    return run(_norm_bwd_launch, op, kernel_op, names, grad, x, weight, grad_extra, eps,
+               out=result)
+
+
+def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx, dw, db=None):
+    """One wave of blocks, each over a fixed set of rows with its partial dw (db) in a row
+    of a [P, n] workspace (the outputs themselves when P = 1); then the P partials summed
+    by the column reduction (module doc)."""
+    g_name, x_name, extra_name = names
+    x2 = rows_view(op, x_name, x)
+    g2 = rows_view(op, g_name, grad)
+    dx2 = rows_view(op, "out[0]", dx)
+    e2 = g2 if grad_extra is None else rows_view(op, extra_name, grad_extra)
+    rows, n = x2.shape
+    w2 = _weight_row(weight, n)
+    kdefs, ch, per_thread, chunk_bytes = _BWD_KERNELS[kernel_op, x.dtype, grad.dtype]
+    threads, cache_chunks, smem = row_plan(CODECS[x.dtype], x2, g2, e2, dx2, w2, vec=ch,
+                                           per_thread=per_thread, vec_bytes=chunk_bytes)
+    plan = Plan.of(kdefs[cache_chunks >= 0], (1,), (threads,), smem)
+    blocks = min(rows, multiprocessor_count(x.device_id)
+                 * _resident_blocks(plan.kernel, threads, smem))
+    finals = (dw,) if db is None else (dw, db)
+    if blocks == 1:
+        parts = [d._view((1, n), (n * 4, 4)) for d in finals]
+    else:
+        parts = [empty((blocks, n), F32) for _ in finals]
+    plan._replace(grid=(blocks,)).launch(x2, g2, w2, e2, dx2, parts[0], parts[-1], n, eps,
+                                         int(db is not None), int(grad_extra is not None),
+                                         cache_chunks)
+    if blocks > 1:
+        for part, final in zip(parts, finals):
+            reduce_fwd("sum", part, 0, out=final)
+
+
+def rms_norm_bwd(grad, x, weight, eps=1e-6, *, out=None):
+    """The backward of :func:`rms_norm`: ``(dx, dweight)`` for the output gradient
+    ``grad``. dx = rstd·(dy − x̂·mean(dy·x̂)) with x̂ = x·rstd, dy = grad·weight;
+    dweight = Σ_rows grad·x̂ (float32, deterministic). ``grad`` in x's dtype or float32;
+    dx comes in grad's dtype. Statistics recomputed from x. ``out``: (dx, dweight)."""
+    return _norm_bwd("rms_norm_bwd", "rms_norm", ("grad", "x", "grad_residual"), grad, x,
+                     weight, None, None, eps, out)
+
+
+def layer_norm_bwd(grad, x, weight, bias=None, eps=1e-5, *, out=None):
+    """The backward of :func:`layer_norm`: ``(dx, dweight, dbias)`` (dbias None when
+    ``bias`` is None; only its presence and shape are read). dx = rstd·(dy − mean(dy) −
+    x̂·mean(dy·x̂)); dweight = Σ_rows grad·x̂, dbias = Σ_rows grad (float32, deterministic).
+    dtypes as :func:`rms_norm_bwd`; ``out``: (dx, dweight[, dbias])."""
+    result = _norm_bwd("layer_norm_bwd", "layer_norm", ("grad", "x", "grad_residual"), grad,
+                       x, weight, bias, None, eps, out)
+    return result if bias is not None else (*result, None)
+
+
+def add_rms_norm_bwd(grad, grad_residual, s, weight, eps=1e-6, *, out=None):
+    """The backward of :func:`add_rms_norm` from its saved sum ``s`` (the residual_out):
+    ``(ds, dweight)`` where ds = grad_residual + rms_norm's dx(s, grad) is the gradient
+    of both x and residual. ``grad``: the gradient of the normed output, ``grad_residual``
+    that of s (None: zero; same dtype as grad). ``out``: (ds, dweight)."""
+    return _norm_bwd("add_rms_norm_bwd", "rms_norm", ("grad", "s", "grad_residual"), grad, s,
+                     weight, None, grad_residual, eps, out)
+
+
+# -- references ------------------------------------------------------------------------------
+
+def _f64(*arrays):
+    return [None if a is None else np.asarray(a, np.float64) for a in arrays]
+
+
+def _rows_sum(a, n):
+    return a.reshape(-1, n).sum(axis=0)
 
 
 def rms_norm_ref(x, weight, eps=1e-6):
@@ -252,18 +804,122 @@ def layer_norm_ref(x, weight, bias=None, eps=1e-5):
     return y if bias is None else y + np.asarray(bias, np.float64)
 
 
+def add_rms_norm_ref(x, residual, weight, eps=1e-6):
+    """float64 NumPy reference: (normed, s), s = x + residual rounded once to the inputs'
+    dtype (as the kernel stores it) and normed computed from that rounded s."""
+    dtype = np.asarray(x).dtype
+    s = (np.asarray(x, np.float64) + np.asarray(residual, np.float64)).astype(dtype)
+    return rms_norm_ref(s, weight, eps), s.astype(np.float64)
+
+
+def rms_norm_bwd_ref(grad, x, weight, eps=1e-6):
+    """float64 NumPy reference: (dx, dweight)."""
+    g, x, w = _f64(grad, x, weight)
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    xh = x * rstd
+    dy = g * w
+    dx = rstd * (dy - xh * np.mean(dy * xh, axis=-1, keepdims=True))
+    return dx, _rows_sum(g * xh, x.shape[-1])
+
+
+def layer_norm_bwd_ref(grad, x, weight, bias=None, eps=1e-5):
+    """float64 NumPy reference: (dx, dweight, dbias); dbias None without a bias."""
+    g, x, w = _f64(grad, x, weight)
+    mean = x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    xh = (x - mean) * rstd
+    dy = g * w
+    dx = rstd * (dy - dy.mean(axis=-1, keepdims=True)
+                 - xh * np.mean(dy * xh, axis=-1, keepdims=True))
+    n = x.shape[-1]
+    return dx, _rows_sum(g * xh, n), None if bias is None else _rows_sum(g, n)
+
+
+def add_rms_norm_bwd_ref(grad, grad_residual, s, weight, eps=1e-6):
+    """float64 NumPy reference: (ds, dweight) — ds is the gradient of x and of residual."""
+    ds, dw = rms_norm_bwd_ref(grad, s, weight, eps)
+    return (ds if grad_residual is None else ds + np.asarray(grad_residual, np.float64)), dw
+
+
+# -- public ----------------------------------------------------------------------------------
+
+def _recording(*inputs) -> bool:
+    """Whether this call goes on a tape: a DeviceArray input needs a gradient and a tape
+    is active (in that order: a call without gradients pays a type test per input)."""
+    for a in inputs:
+        if type(a) is DeviceArray and a.requires_grad:
+            return active_tape() is not None
+    return False
+
+
+def _check_recordable(op, outputs, **inputs):
+    """Before a recorded call: an ``out`` written over an input would leave the backward
+    (and the tape, which tells arrays apart by identity) reading the result instead."""
+    for oname, o in outputs.items():
+        if o is None:
+            continue
+        o = as_array(op, oname, o)
+        for iname, a in inputs.items():
+            if type(a) is DeviceArray and _overlap(o, a):
+                fail(ValueError, op, oname, f"memory apart from '{iname}' while a tape "
+                     "records (the backward reads it)", "an output written over it")
+
+
 def rms_norm(x, weight, eps=1e-6, *, out=None):
     """RMSNorm over the last axis: ``x / sqrt(mean(x²) + eps) * weight``.
 
     x: float32/float16/bfloat16, any leading shape, last axis contiguous (leading axes
     must collapse into one row stride). weight: shape (x.shape[-1],), x's dtype.
-    Statistics in float32. Returns a new array, or writes ``out``.
+    Statistics in float32. Returns a new array, or writes ``out``. Recorded on the active
+    ``kaionb.grad.Tape`` when x or weight requires a gradient (:func:`rms_norm_bwd`).
     """
-    return rms_norm_fwd(x, weight, eps, out=out)
+    recording = _recording(x, weight)
+    if recording:
+        _check_recordable("rms_norm", {"out": out}, x=x, weight=weight)
+    y = rms_norm_fwd(x, weight, eps, out=out)
+    if recording:
+        record(lambda g: rms_norm_bwd(g, x, weight, eps), (x, weight), (y,))
+    return y
 
 
 def layer_norm(x, weight, bias=None, eps=1e-5, *, out=None):
     """LayerNorm over the last axis: ``(x − mean) / sqrt(var + eps) * weight + bias``
     (biased variance, as torch.nn.functional.layer_norm). Same layouts as :func:`rms_norm`;
-    ``bias`` is optional."""
-    return layer_norm_fwd(x, weight, bias, eps, out=out)
+    ``bias`` is optional. On the tape (:func:`layer_norm_bwd`)."""
+    recording = _recording(x, weight, bias)
+    if recording:
+        _check_recordable("layer_norm", {"out": out}, x=x, weight=weight, bias=bias)
+    y = layer_norm_fwd(x, weight, bias, eps, out=out)
+    if recording:
+        inputs = (x, weight) if bias is None else (x, weight, bias)
+        record(lambda g: layer_norm_bwd(g, x, weight, bias, eps), inputs, (y,))
+    return y
+
+
+def add_rms_norm(x, residual, weight, eps=1e-6, *, out=None, residual_out=None):
+    """The pre-norm residual step in one pass: ``s = x + residual`` and
+    ``rms_norm(s, weight, eps)``; returns ``(normed, s)``.
+
+    x, residual: the same shape and dtype (float32/float16/bfloat16, last axis
+    contiguous); weight: (x.shape[-1],), that dtype. s is rounded to the dtype, and normed
+    is computed from the rounded s (as ``rms_norm(x + residual)`` unfused; vLLM's
+    fused_add_rms_norm does the same). ``residual_out`` may be ``residual`` itself (the
+    residual stream updated in place, as vLLM does) and ``out`` may be ``x``. Reads x,
+    residual and weight, writes s and normed: 4 passes over the row's bytes.
+
+    On the tape (:func:`add_rms_norm_bwd`; the gradient of x and of residual is the same
+    ds); there the outputs must not overwrite the inputs, and the backward reads s as it
+    is when the backward runs.
+    """
+    recording = _recording(x, residual, weight)
+    if recording:
+        _check_recordable("add_rms_norm", {"out": out, "residual_out": residual_out}, x=x,
+                          residual=residual, weight=weight)
+    normed, s = add_rms_norm_fwd(x, residual, weight, eps, out=out, residual_out=residual_out)
+    if recording:
+        def backward(g_normed, g_s):
+            ds, dw = add_rms_norm_bwd(g_normed, g_s, s, weight, eps)
+            return ds, ds, dw
+
+        record(backward, (x, residual, weight), (normed, s))
+    return normed, s

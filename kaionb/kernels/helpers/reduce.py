@@ -245,34 +245,30 @@ def cluster_reducers(size):
 
 
 @functools.cache
-def block_column_reducer(merge, cols, pairs=True):
-    """Device function ``(a, b, group, sa, sb)`` for column kernels: block (group, ty)
+def block_column_reducer(merge, cols):
+    """Device function ``(a, group, scratch)`` for column kernels: block (group, ty)
     threads, thread x owning ``cols`` columns and the y threads splitting the reduced axis.
-    For each k < cols it merges the float32 pairs ``(a[k], b[k])`` (local arrays) of the
-    threads whose linear index is congruent modulo ``group`` (= blockDim.x, a power of two
-    up to the block size) and hands every thread its group's result back in ``a[k], b[k]``
-    — one set of barriers for all the columns.
+    For each k < cols it merges the float32 ``a[k]`` (a local array) of the threads whose
+    linear index is congruent modulo ``group`` (= blockDim.x, a power of two up to the
+    block size) and hands every thread its group's result back in ``a[k]`` — one set of
+    barriers for all the columns.
 
     Steps: a butterfly over the lanes of each warp that share x (offsets 16 .. group, none
     when group >= 32); one partial per (warp or y row, column) to shared memory; the
     threads with linear index < group·cols (in turn) merge one column's partials each;
-    everyone reads its columns back. ``merge(a, b, a2, b2) -> (a, b)``: associative and
-    commutative (the online softmax's (max, sum) pairs, or plain sums). ``pairs=False``:
-    only ``a`` travels (merge must ignore b and b2). ``sa``, ``sb``: shared float32 of at
-    least cols × block size elements. Every thread of the block calls it; the block size
-    is a multiple of 32."""
+    everyone reads its columns back. ``merge(v, w)``: associative and commutative (max,
+    sum). ``scratch``: shared float32 of at least cols × block size elements. Every thread
+    of the block calls it; the block size is a multiple of 32."""
 
     @device_function
-    def block_reduce_columns(a, b, group, sa, sb):
+    def block_reduce_columns(a, group, scratch):
         lin = int32(cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.x)
         threads = int32(cuda.blockDim.x * cuda.blockDim.y)
         lane = lin % 32
         offset = 16
         while offset >= group:  # lanes of one warp that differ above x's bits
             for k in range(cols):
-                a2 = cuda.shfl_xor_sync(FULL_MASK, a[k], offset)
-                b2 = cuda.shfl_xor_sync(FULL_MASK, b[k], offset) if pairs else b[k]
-                a[k], b[k] = merge(a[k], b[k], a2, b2)
+                a[k] = merge(a[k], cuda.shfl_xor_sync(FULL_MASK, a[k], offset))
             offset >>= 1
         # One partial per row of the block's partials: warps (group < 32) or y threads.
         span = max(int32(32), group)
@@ -280,26 +276,18 @@ def block_column_reducer(merge, cols, pairs=True):
         if lane < group:
             at = ((lin // span) * group + lin % group) * cols
             for k in range(cols):
-                sa[at + k] = a[k]
-                if pairs:
-                    sb[at + k] = b[k]
+                scratch[at + k] = a[k]
         cuda.syncthreads()
         width = group * cols
         for idx in range(lin, width, threads):  # slot idx of row 0: only this thread's
-            va = sa[idx]
-            vb = sb[idx] if pairs else va
+            v = scratch[idx]
             for row in range(1, rows):
-                vb2 = sb[row * width + idx] if pairs else va
-                va, vb = merge(va, vb, sa[row * width + idx], vb2)
-            sa[idx] = va
-            if pairs:
-                sb[idx] = vb
+                v = merge(v, scratch[row * width + idx])
+            scratch[idx] = v
         cuda.syncthreads()
         at = (lin % group) * cols
         for k in range(cols):
-            a[k] = sa[at + k]
-            if pairs:
-                b[k] = sb[at + k]
+            a[k] = scratch[at + k]
         cuda.syncthreads()
 
     return block_reduce_columns

@@ -24,7 +24,7 @@ import functools
 
 import numpy as np
 from llvmlite import ir
-from numba import cuda, int32, int64, types, uint16, uint32, uint64
+from numba import cuda, float32, int32, int64, types, uint16, uint32, uint64
 from numba.cuda.extending import intrinsic
 
 from ...array import bfloat16
@@ -214,10 +214,13 @@ class ChunkIO:
     - ``words``: uint32 words per chunk (4 × ch / VEC), the size of its raw buffer.
     - ``load_aligned(a, r, e0, raw, off)``: the chunk at element e0 of row r into
       ``raw[off:off + words]`` through 128-bit read-only loads (row 16-byte aligned,
-      e0 + ch <= n: the register paths).
+      e0 + ch <= n, the chunk's byte offset in the row below 2^32: the register paths;
+      ``*_aligned`` offsets are 32-bit).
     - ``load(a, r, e0, n, fill, raw, off)``: the same for any e0 (elements outside [0, n)
       read as the storage bits ``fill``; misaligned words4 gathered).
     - ``unpack(raw, off, buf)``: ch float32 into ``buf[0:ch]``.
+    - ``add_aligned(a, r, e0, buf)`` / ``add(a, r, e0, n, buf)``: ``buf[0:ch]`` += the
+      chunk, one words4 at a time (4 registers of loaded data, not ``words``).
     - ``store_aligned(a, r, e0, buf)`` / ``store(a, r, e0, n, buf)``: ``buf[0:ch]``
       rounded to the storage dtype and written (``store`` skips elements outside [0, n)).
     - ``to_shared(raw, off, cache, at)`` / ``from_shared(cache, at, raw, off)``: the raw
@@ -241,7 +244,7 @@ class ChunkIO:
         def load_aligned(a, r, e0, raw, off):
             row = global_addr(a, (int64(r), int64(0)))
             for q in range(Q):
-                words = ld_global_nc_v4_u32(row + uint64((e0 + q * VEC) * ISZ))
+                words = ld_global_nc_v4_u32(row + uint64(uint32((e0 + q * VEC) * ISZ)))
                 for i in range(4):
                     raw[off + 4 * q + i] = words[i]
 
@@ -253,6 +256,23 @@ class ChunkIO:
                     raw[off + 4 * q + i] = words[i]
 
         @device_function
+        def add_aligned(a, r, e0, buf):
+            tmp = cuda.local.array(VEC, float32)
+            row = global_addr(a, (int64(r), int64(0)))
+            for q in range(Q):
+                unpack(ld_global_nc_v4_u32(row + uint64(uint32((e0 + q * VEC) * ISZ))), tmp, 0)
+                for i in range(VEC):
+                    buf[q * VEC + i] += tmp[i]
+
+        @device_function
+        def add_any(a, r, e0, n, buf):
+            tmp = cuda.local.array(VEC, float32)
+            for q in range(Q):
+                unpack(load(a, r, e0 + q * VEC, n, 0), tmp, 0)
+                for i in range(VEC):
+                    buf[q * VEC + i] += tmp[i]
+
+        @device_function
         def unpack_chunk(raw, off, buf):
             for q in range(Q):
                 o = off + 4 * q
@@ -262,7 +282,8 @@ class ChunkIO:
         def store_aligned(a, r, e0, buf):
             row = global_addr(a, (int64(r), int64(0)))
             for q in range(Q):
-                st_global_v4_u32(row + uint64((e0 + q * VEC) * ISZ), pack(buf, q * VEC))
+                st_global_v4_u32(row + uint64(uint32((e0 + q * VEC) * ISZ)),
+                                 pack(buf, q * VEC))
 
         @device_function
         def store_any(a, r, e0, n, buf):
@@ -284,6 +305,7 @@ class ChunkIO:
                     raw[off + 4 * q + i] = words[i]
 
         self.load_aligned, self.load, self.unpack = load_aligned, load_any, unpack_chunk
+        self.add_aligned, self.add = add_aligned, add_any
         self.store_aligned, self.store = store_aligned, store_any
         self.to_shared, self.from_shared = to_shared, from_shared
 

@@ -6,8 +6,14 @@ loads: the difference between ~60% and ~90% of DRAM bandwidth in memory-bound ke
 and the array 16-byte aligned (numba and cuda.core allocations are 256-byte aligned).
 The ``_masked`` forms take the logical length ``n`` and fall back to scalar accesses for
 a partial last vector, filling missing elements with ``fill`` on loads.
+:func:`vector_group` moves a group of one or more words4 at an address the caller forms
+(any rank, 64-bit offsets) and converts it through a float codec (kernels that step
+through arrays of different widths: a float16 x with its float32 gradient).
 """
 
+import functools
+
+from numba import uint64
 
 from kaionb.ptx_patches import (
     device_function,
@@ -79,3 +85,43 @@ def store_f32x4_masked(arr, i, n, v):
     for j in range(4):
         if i + j < n:
             arr[i + j] = v[j]
+
+
+@functools.cache
+def vector_group(codec, size):
+    """``(ld, unpack, st, words)``: device helpers for ``size`` consecutive elements of a
+    float array of ``codec``'s dtype (a :class:`~kaionb.kernels.helpers.rowwise.Codec`)
+    at a 16-byte aligned address: ``size // codec.vec`` words4 (float32 under a half
+    type's 8-element vectors: two). The caller forms the 64-bit address (``global_addr``
+    of any rank and index), so no row length or offset width is assumed.
+
+    - ``ld(addr, raw, at)``: ``raw[at : at + words]`` ← ``ld.global.nc.v4`` at addr, addr + 16..
+    - ``unpack(raw, at, f)``: the group's values into ``f[0 : size]`` as float32.
+    - ``st(addr, f)``: ``f[0 : size]`` rounded to the dtype and stored at addr.
+    """
+    Q = size // codec.vec
+    if Q * codec.vec != size:
+        raise ValueError(f"vector_group: {size} elements are not whole words4 of "
+                         f"{codec.dtype}")
+    CV = codec.vec
+    unpack_words, pack = codec.unpack, codec.pack
+
+    @device_function
+    def ld(addr, raw, at):
+        for q in range(Q):
+            words = ld_global_nc_v4_u32(addr + uint64(16 * q))
+            for k in range(4):
+                raw[at + 4 * q + k] = words[k]
+
+    @device_function
+    def unpack(raw, at, f):
+        for q in range(Q):
+            b = at + 4 * q
+            unpack_words((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, q * CV)
+
+    @device_function
+    def st(addr, f):
+        for q in range(Q):
+            st_global_v4_u32(addr + uint64(16 * q), pack(f, q * CV))
+
+    return ld, unpack, st, 4 * Q
