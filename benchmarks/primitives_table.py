@@ -16,12 +16,12 @@ import time
 
 import kaionb
 from kaionb.kernels.helpers import rowwise
-from kaionb.kernels.activations import fused_silu_gate, gelu
-from kaionb.kernels.norms import layer_norm, rms_norm
+from kaionb.kernels.activations import fused_silu_gate, fused_silu_gate_bwd, gelu, gelu_bwd
+from kaionb.kernels.norms import add_rms_norm, layer_norm, layer_norm_bwd, rms_norm, rms_norm_bwd
 from kaionb.kernels.optim import adamw_step
 from kaionb.kernels.quantize import dequantize_int8, quantize_int8
 from kaionb.kernels.rope import rope, rope_cache
-from kaionb.kernels.softmax import softmax
+from kaionb.kernels.softmax import softmax, softmax_bwd
 
 LARGE = [((16384, 8192), "float16"), ((16384, 8192), "float32"), ((16384, 8192), "bfloat16"),
          ((2048, 65536), "float16"), ((512, 262144), "float16"), ((2048, 65536), "float32"),
@@ -113,6 +113,14 @@ def cases(shape, dtype):
         ("dequantize_int8 col", lambda: dequantize_int8(kq, ks_cols, -1, ko.dtype, out=ko),
          lambda: (q.to(tdt) * s_cols.to(tdt)), nb + x.numel()),
     ]
+    ko2 = kaionb.empty(shape, kx.dtype)
+    n = shape[-1]
+    cases += [
+        ("add_rms_norm", lambda: add_rms_norm(kx, ky, kw, out=ko, residual_out=ko2),
+         lambda: F.rms_norm(x + y, (n,), w, 1e-6), 4 * nb + wb),
+        ("softmax axis=0", lambda: softmax(kx, 0, out=ko), lambda: torch.softmax(x, 0), 2 * nb),
+    ]
+    cases += backward_cases(x, y, w, b, kx, ky, kw, kb, nb)
     if x4 is not None:
         cos, sin = rope_cache(seq, 128)
         tc = torch.from_dlpack(cos).to(tdt)[:, None, :]
@@ -126,6 +134,40 @@ def cases(shape, dtype):
         cases.append(("rope (neox, D=128)", lambda: rope(kx4, cos, sin, out=ko4), torch_rope,
                       2 * nb))
     return cases
+
+
+def backward_cases(x, y, w, b, kx, ky, kw, kb, nb):
+    """Backward kernels against torch autograd's (grad = y, in x's dtype as torch keeps
+    it): read x (or the saved output) and the gradient, write dx (and the gates' second
+    gradient); weight gradients (n floats) not counted."""
+    import torch
+    import torch.nn.functional as F
+
+    n = x.shape[-1]
+    xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    gate = y.detach().clone().requires_grad_()
+    torch_out = {
+        "rms_norm": (F.rms_norm(xr, (n,), wr, 1e-6), (xr, wr)),
+        "layer_norm": (F.layer_norm(xr, (n,), wr, br, 1e-5), (xr, wr, br)),
+        "softmax": (torch.softmax(xr, -1), (xr,)),
+        "fused_silu_gate": (F.silu(xr) * gate, (xr, gate)),
+        "gelu": (F.gelu(xr), (xr,)),
+    }
+
+    def theirs(name):
+        out, inputs = torch_out[name]
+        return lambda: torch.autograd.grad(out, inputs, y, retain_graph=True)
+
+    ksm = softmax(kx)
+    return [
+        ("rms_norm_bwd", lambda: rms_norm_bwd(ky, kx, kw), theirs("rms_norm"), 3 * nb),
+        ("layer_norm_bwd", lambda: layer_norm_bwd(ky, kx, kw, kb), theirs("layer_norm"),
+         3 * nb),
+        ("softmax_bwd", lambda: softmax_bwd(ky, ksm), theirs("softmax"), 3 * nb),
+        ("fused_silu_gate_bwd", lambda: fused_silu_gate_bwd(ky, kx, ky),
+         theirs("fused_silu_gate"), 5 * nb),
+        ("gelu_bwd", lambda: gelu_bwd(ky, kx), theirs("gelu"), 3 * nb),
+    ]
 
 
 def adamw_case(numel):
@@ -204,7 +246,7 @@ def main():
         rowwise.PREFERRED_THREADS = 256
     print("\ndecode sizes, float16, host time per call end to end (out= given):")
     for shape in DECODE:
-        for name, ours, theirs, _ in cases(shape, "float16")[:6]:
+        for name, ours, theirs, _ in cases(shape, "float16")[:6]:  # the forward ops
             us = bench_host(ours)
             tus = bench_host(theirs)
             print(f"  {name:16s} {str(list(shape)):12s} kaionb {us:6.1f} us   torch {tus:6.1f} us")
