@@ -5,7 +5,16 @@ The public API is NumPy-style; this module only re-exports it.
 
 import numpy as _np
 
-from ._device import Stream, current_stream, gpu_available, stream
+from ._device import (
+    Device,
+    Stream,
+    current_stream,
+    device,
+    device_count,
+    gpu_available,
+    set_device,
+    stream,
+)
 from .array import (
     DeviceArray,
     asarray,

@@ -1,42 +1,102 @@
-"""The CUDA device and context kaionb works on, and the current stream.
+"""The CUDA devices kaionb works on, the current device and stream of each thread.
 
-kaionb uses the current device's *primary* context, the same one numba, CuPy and PyTorch
-use, so pointers and streams pass between them freely. Every op runs on the current
-stream: the legacy default stream unless a ``with kaionb.stream(s):`` block says otherwise.
+kaionb uses each device's *primary* context, the same one numba, CuPy and PyTorch use, so
+pointers and streams pass between them freely. Each thread has a current device (device
+0 until ``kaionb.set_device(n)`` or ``with kaionb.device(n):`` says otherwise), and each
+device a current stream on that thread: the legacy default stream unless a
+``with kaionb.stream(s):`` block says otherwise.
+
+Ops run where their inputs live: :func:`enter_device` makes the inputs' device current
+for the length of one op (its primary context, allocator and stream) and
+:func:`leave_device` restores what was current before, the driver's current context
+included (PyTorch and CuPy keep their own current device in it). With one GPU that is
+one comparison per op; with several, one ``cuCtxGetCurrent`` more.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import threading
-
 
 
 class _ThreadState(threading.local):
     """Per-thread state (``STATE``); class attributes are the defaults (a miss costs no
-    exception: ``current_stream()`` runs on every call of every op)."""
+    exception: ``current_stream()`` runs on every call of every op). ``device``,
+    ``allocator``, ``graph_allocator`` and ``stream`` belong to device ``ordinal``; the
+    same four of this thread's other devices wait in ``parked``."""
 
-    device = None
+    ordinal = 0  # this thread's current device
+    device = None  # its cuda.core Device, once its context was made current
     allocator = None
     graph_allocator = None
     stream = None  # the default stream, set below once Stream exists
+    parked = None  # ordinal -> (device, allocator, graph_allocator, stream)
     recorder = None  # kernels.op's recording of an op's first call, while it runs
     calls = None  # kernels.op's replays of recorded calls, by call key
     capture = None  # the kaionb.graph() capture in progress on this thread
 
 
 STATE = _ThreadState()
+# Set once a context exists and more than one GPU is visible: ops then also check the
+# driver's current context (another library may have switched it).
+_MULTI_GPU = False
 
 
 def gpu_available() -> bool:
     """True when a CUDA driver and at least one GPU are present."""
+    return device_count() > 0
+
+
+@functools.lru_cache(maxsize=1)
+def device_count() -> int:
+    """How many CUDA GPUs this process sees (0 without a driver)."""
     from numba import cuda
 
     try:
-        return bool(cuda.is_available()) and len(cuda.gpus) > 0
+        return len(cuda.gpus) if cuda.is_available() else 0
     except Exception:
-        return False
+        return 0
+
+
+def device_ordinal(device, where: str = "kaionb", name: str = "device") -> int:
+    """The ordinal of ``device``: an int, a cuda.core ``Device``, a ``torch.device``
+    (``cuda:n``), a CuPy ``Device``, a string ``"cuda:n"`` or a DeviceArray (its device);
+    None is the current device. A ValueError naming ``where`` for an ordinal no GPU has,
+    TypeError for anything else."""
+    if device is None:
+        return STATE.ordinal
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        ordinal = int(device)
+    elif isinstance(device, str) or type(device).__name__ == "device":  # "cuda:1", torch
+        text = str(device)
+        kind, _, index = text.partition(":")
+        if kind != "cuda" or (index and not index.isdigit()):
+            raise ValueError(f"{where}: argument '{name}' expected a CUDA device ('cuda', "
+                             f"'cuda:N' or an ordinal), got {text!r}")
+        ordinal = int(index) if index else STATE.ordinal
+    else:
+        for attr in ("device_id", "id"):  # cuda.core / DeviceArray, CuPy
+            value = getattr(device, attr, None)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                ordinal = int(value)
+                break
+        else:
+            raise TypeError(f"{where}: argument '{name}' expected a device (an ordinal, "
+                            f"kaionb.Device, torch.device or 'cuda:N'), got "
+                            f"{type(device).__name__}")
+    check_ordinal(ordinal, where, name)
+    return ordinal
+
+
+def check_ordinal(ordinal: int, where: str = "kaionb", name: str = "device") -> None:
+    """A ValueError for a device ordinal below 0 or (with a GPU) past the last GPU."""
+    count = device_count() if ordinal > 0 else 1
+    if ordinal < 0 or (count and ordinal >= count):
+        raise ValueError(f"{where}: argument '{name}' expected a device ordinal from 0 to "
+                         f"{max(count, 1) - 1} ({count} GPU{'s' if count != 1 else ''} "
+                         f"visible), got {ordinal}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,16 +106,30 @@ def _core_device(ordinal: int):
     return Device(ordinal)
 
 
+def Device(ordinal=None):
+    """The cuda.core ``Device`` for ``ordinal`` (None: this thread's current device):
+    ``kaionb.Device(1).name``, ``.compute_capability``, ``.properties``."""
+    return _core_device(device_ordinal(ordinal, "kaionb.Device", "ordinal"))
+
+
 def current_device():
     """The cuda.core Device that is current on this thread, its primary context made current."""
     dev = STATE.device
     if dev is None:
         if not gpu_available():
             raise RuntimeError("kaionb: no CUDA GPU is available on this machine")
-        dev = _core_device(0)
+        check_ordinal(STATE.ordinal)
+        dev = _core_device(STATE.ordinal)
         dev.set_current()
         STATE.device = dev
+        global _MULTI_GPU
+        _MULTI_GPU = device_count() > 1
     return dev
+
+
+def current_ordinal() -> int:
+    """This thread's current device ordinal."""
+    return STATE.ordinal
 
 
 def current_allocator():
@@ -69,14 +143,121 @@ def current_allocator():
 
 
 @functools.lru_cache(maxsize=None)
-def compute_capability(ordinal: int = 0) -> tuple[int, int]:
+def _primary_context(ordinal: int) -> int:
+    """The primary context of device ``ordinal`` (retained for the life of the process)."""
+    from cuda.bindings import driver
+
+    err, dev = driver.cuDeviceGet(ordinal)
+    check_driver(err, f"cuDeviceGet({ordinal})")
+    err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+    check_driver(err, f"cuDevicePrimaryCtxRetain({ordinal})")
+    return int(ctx)
+
+
+def _switch(ordinal: int) -> None:
+    """Make ``ordinal`` this thread's current device in STATE (park the current one's
+    state, bring back the new one's); the driver's context is the caller's business."""
+    if ordinal == STATE.ordinal:
+        return
+    parked = STATE.parked
+    if parked is None:
+        parked = STATE.parked = {}
+    parked[STATE.ordinal] = (STATE.device, STATE.allocator, STATE.graph_allocator,
+                             STATE.stream)
+    (STATE.device, STATE.allocator, STATE.graph_allocator, STATE.stream) = parked.pop(
+        ordinal, (None, None, None, _DEFAULT_STREAM))
+    STATE.ordinal = ordinal
+
+
+def _set_context(ctx: int) -> None:
+    from cuda.bindings import driver
+
+    (err,) = driver.cuCtxSetCurrent(ctx)
+    check_driver(err, "cuCtxSetCurrent")
+
+
+def enter_device(ordinal: int):
+    """Make device ``ordinal`` current for one op (STATE and the driver's context); returns
+    what :func:`leave_device` needs to restore the previous state, or None when nothing
+    changed. Hot path: with one GPU (or before any context exists) a matching ordinal
+    costs one comparison."""
+    if not _MULTI_GPU and ordinal == STATE.ordinal:
+        return None
+    from cuda.bindings import driver
+
+    check_ordinal(ordinal)
+    current_device()  # the thread's own device initialized (and _MULTI_GPU known)
+    err, ctx = driver.cuCtxGetCurrent()
+    check_driver(err, "cuCtxGetCurrent")
+    previous_ctx = int(ctx)
+    target = _primary_context(ordinal)
+    if ordinal == STATE.ordinal and previous_ctx == target:
+        return None
+    token = (STATE.ordinal, previous_ctx)
+    _switch(ordinal)
+    if STATE.device is None:
+        current_device()  # first use of this device on this thread: cuda.core sets it up
+    if previous_ctx != target:
+        _set_context(target)
+    return token
+
+
+def leave_device(token) -> None:
+    """Undo :func:`enter_device` (``token`` is what it returned; None does nothing)."""
+    if token is None:
+        return
+    ordinal, ctx = token
+    _switch(ordinal)
+    _set_context(ctx)
+
+
+class device:
+    """``with kaionb.device(n):`` makes GPU ``n`` this thread's current device inside the
+    block: new arrays are allocated there and ``kaionb.stream`` names its streams. (Ops
+    run on their inputs' device wherever they are called.) ``n``: anything
+    :func:`device_ordinal` takes."""
+
+    __slots__ = ("ordinal", "_token")
+
+    def __init__(self, n):
+        self.ordinal = device_ordinal(n, "kaionb.device", "n")
+
+    def __enter__(self) -> int:
+        self._token = enter_device(self.ordinal)
+        return self.ordinal
+
+    def __exit__(self, *exc) -> None:
+        leave_device(self._token)
+
+
+def set_device(n) -> None:
+    """Make GPU ``n`` this thread's current device (outside any ``with kaionb.device``)."""
+    ordinal = device_ordinal(n, "kaionb.set_device", "n")
+    _switch(ordinal)
+    current_device()
+    if _MULTI_GPU:
+        _set_context(_primary_context(ordinal))
+
+
+@functools.lru_cache(maxsize=None)
+def _compute_capability(ordinal: int) -> tuple[int, int]:
     cc = _core_device(ordinal).compute_capability
     return (cc.major, cc.minor)
 
 
+def compute_capability(ordinal: int | None = None) -> tuple[int, int]:
+    """(major, minor) of device ``ordinal`` (default: the current device)."""
+    return _compute_capability(STATE.ordinal if ordinal is None else ordinal)
+
+
 @functools.lru_cache(maxsize=None)
-def multiprocessor_count(ordinal: int = 0) -> int:
+def _multiprocessor_count(ordinal: int) -> int:
     return _core_device(ordinal).properties.multiprocessor_count
+
+
+def multiprocessor_count(ordinal: int | None = None) -> int:
+    """The SM count of device ``ordinal`` (default: the current device)."""
+    return _multiprocessor_count(STATE.ordinal if ordinal is None else ordinal)
 
 
 # -- streams ---------------------------------------------------------------------------
@@ -167,8 +348,83 @@ _ThreadState.stream = _DEFAULT_STREAM = Stream(_handle=0)
 
 
 def current_stream() -> Stream:
-    """The stream kaionb ops on this thread run on."""
+    """The stream kaionb ops on this thread run on (the current device's)."""
     return STATE.stream
+
+
+def stream_of(ordinal: int) -> Stream:
+    """This thread's current stream of device ``ordinal``."""
+    if ordinal == STATE.ordinal:
+        return STATE.stream
+    parked = (STATE.parked or {}).get(ordinal)
+    return _DEFAULT_STREAM if parked is None else parked[3]
+
+
+_PEERS_ENABLED: set = set()
+
+
+def _enable_peer_access(src: int, dst: int) -> None:
+    """Let device ``dst`` read ``src``'s memory directly where the GPUs allow it (NVLink or
+    PCIe peer-to-peer): the pool kaionb allocates from and the primary context (for other
+    libraries' memory). Where they do not, copies go through the host (the driver stages
+    them)."""
+    if (src, dst) in _PEERS_ENABLED:
+        return
+    _PEERS_ENABLED.add((src, dst))
+    if not _core_device(dst).can_access_peer(src):
+        return
+    from cuda.bindings import driver
+
+    _core_device(src).memory_resource.peer_accessible_by.add(dst)
+    token = enter_device(dst)
+    try:
+        (err,) = driver.cuCtxEnablePeerAccess(_primary_context(src), 0)
+        if err != driver.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            check_driver(err, f"cuCtxEnablePeerAccess({dst} -> {src})")
+    finally:
+        leave_device(token)
+
+
+def peer_copy(dst_ptr: int, dst: int, dst_stream: int, src_ptr: int, src: int,
+              nbytes: int) -> None:
+    """Copy ``nbytes`` from device ``src`` to device ``dst`` on ``dst_stream`` (a stream
+    of ``dst``), after the work queued on ``src``'s current stream; that stream then
+    waits for the copy, so the source memory is not freed (stream-ordered) before it is
+    read."""
+    from cuda.bindings import driver
+
+    _enable_peer_access(src, dst)
+    src_stream = stream_of(src).handle
+    done_src = _event_on(src, src_stream)
+    (err,) = driver.cuStreamWaitEvent(dst_stream, done_src, 0)
+    check_driver(err, "cuStreamWaitEvent")
+    (err,) = driver.cuMemcpyPeerAsync(dst_ptr, _primary_context(dst), src_ptr,
+                                      _primary_context(src), nbytes, dst_stream)
+    check_driver(err, f"cuMemcpyPeerAsync(device {src} -> {dst})")
+    done_dst = _event_on(dst, dst_stream)
+    token = enter_device(src)
+    try:
+        (err,) = driver.cuStreamWaitEvent(src_stream, done_dst, 0)
+        check_driver(err, "cuStreamWaitEvent")
+    finally:
+        leave_device(token)
+    driver.cuEventDestroy(done_src)  # the driver frees it once the waits are done
+    driver.cuEventDestroy(done_dst)
+
+
+def _event_on(ordinal: int, stream_handle: int):
+    """A new event recorded on ``stream_handle`` of device ``ordinal``."""
+    from cuda.bindings import driver
+
+    token = enter_device(ordinal)
+    try:
+        err, event = driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        check_driver(err, "cuEventCreate")
+        (err,) = driver.cuEventRecord(event, stream_handle)
+        check_driver(err, "cuEventRecord")
+    finally:
+        leave_device(token)
+    return event
 
 
 @contextlib.contextmanager
@@ -194,13 +450,15 @@ def _check_stream_context(handle: int) -> None:
     current_device()
     err, ctx = driver.cuStreamGetCtx(handle)
     check_driver(err, "kaionb.stream: cuStreamGetCtx")
-    err, ours = driver.cuCtxGetCurrent()
-    check_driver(err, "kaionb.stream: cuCtxGetCurrent")
-    if int(ctx) != int(ours):
+    ours = _primary_context(STATE.ordinal)
+    if int(ctx) != ours:
+        owner = next((f"device {i}" for i in range(device_count())
+                      if _primary_context(i) == int(ctx)), "another context")
         raise ValueError(
             f"kaionb.stream: argument 's' expected a stream of the current device's primary "
-            f"context (device {current_device().device_id}), got a stream of another device "
-            f"or context (handle 0x{handle:x})")
+            f"context (device {STATE.ordinal}), got a stream of {owner} (handle "
+            f"0x{handle:x}); run `with kaionb.device(n), kaionb.stream(s):` for a stream of "
+            f"device n")
 
 
 def is_capturing(handle: int) -> bool:

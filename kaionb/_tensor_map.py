@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from ._device import Stream, check_driver, current_stream, is_capturing, stream
+from ._device import STATE, Stream, check_driver, current_stream, is_capturing, stream
 
 # A box's inner dimension: one 128-byte line, the width of the 128-byte swizzle (the
 # layout wgmma reads): 64 16-bit elements, 128 int8 ones.
@@ -33,7 +33,7 @@ CACHE_SIZE = 512
 _CACHE: dict[tuple, object] = {}
 _CAPTURED: dict[tuple, object] = {}  # maps a captured graph may read: never dropped
 _LOCK = threading.Lock()
-_SIDE = threading.local()  # the upload stream used while the current stream captures
+_SIDE = threading.local()  # per device, the upload stream used while the current stream captures
 
 
 def tma_compatible(storage, ld: int) -> bool:
@@ -99,8 +99,11 @@ def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int, size: int,
     words = np.array(tensor_map.opaque, dtype=np.uint64).view(np.uint32)
     if not capturing:
         return asarray(words)
-    side = getattr(_SIDE, "stream", None)
+    sides = getattr(_SIDE, "streams", None)
+    if sides is None:
+        sides = _SIDE.streams = {}
+    side = sides.get(STATE.ordinal)
     if side is None:
-        side = _SIDE.stream = Stream()
+        side = sides[STATE.ordinal] = Stream()  # on the current device: the map's own
     with stream(side):
         return asarray(words)

@@ -25,9 +25,13 @@ from ._device import (
     current_allocator,
     current_device,
     current_stream,
+    device_ordinal,
+    stream_of,
     graph_allocator,
     is_capturing,
+    peer_copy,
 )
+from ._device import device as on_device
 
 # The element types kaionb stores. Half types are NumPy dtypes through ml_dtypes.
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
@@ -504,37 +508,64 @@ class DeviceArray:
 
     # -- copies and conversion ------------------------------------------------------------
     def copy(self) -> "DeviceArray":
-        """A C-contiguous copy on the device."""
-        out = empty(self.shape, self.dtype)
+        """A C-contiguous copy on the array's device."""
+        out = empty(self.shape, self.dtype, device=self.device_id)
         _copy_into(out, self)
         return out
 
     def astype(self, dtype) -> "DeviceArray":
-        """A converted copy on the device (float ↔ half types round to nearest even)."""
+        """A converted copy on the array's device (float ↔ half types round to nearest
+        even)."""
         dt = normalize_dtype(dtype, "astype")
         if dt == self.dtype:
             return self.copy()
-        out = empty(self.shape, dt)
+        out = empty(self.shape, dt, device=self.device_id)
         _copy_into(out, self)
         return out
+
+    def to(self, device, *, stream=None) -> "DeviceArray":
+        """This array on GPU ``device`` (an ordinal, ``kaionb.Device``, ``torch.device``
+        or ``"cuda:N"``): the array itself when it lives there, else a C-contiguous copy
+        (peer-to-peer where the GPUs allow it, through the host otherwise), ordered after
+        the work queued on the source device's current stream and queued on the
+        destination device's (``stream``: a stream of the destination device instead)."""
+        ordinal = device_ordinal(device, "DeviceArray.to")
+        if ordinal == self.device_id:
+            return self
+        with on_device(self.device_id):
+            src = self if self.is_c_contiguous else self.copy()
+        with on_device(ordinal):
+            out = empty(self.shape, self.dtype)
+            if out.size:
+                target = current_stream() if stream is None else Stream.wrap(stream)
+                peer_copy(out.ptr, ordinal, target.handle, src.ptr, src.device_id,
+                          out.nbytes)
+        return out
+
+    def to_device(self, device, /, *, stream=None) -> "DeviceArray":
+        """The array API's name for :meth:`to`."""
+        return self.to(device, stream=stream)
 
     def fill(self, value) -> "DeviceArray":
         """Set every element to ``value`` (in place); returns self."""
         if self.size == 0:
             return self
-        if self.is_c_contiguous:
-            _memset(self, np.asarray(value).astype(self.dtype, casting="unsafe"))
-        else:
-            _copy_into(self, full(self.shape, value, self.dtype))
+        with on_device(self.device_id):
+            if self.is_c_contiguous:
+                _memset(self, np.asarray(value).astype(self.dtype, casting="unsafe"))
+            else:
+                _copy_into(self, full(self.shape, value, self.dtype))
         return self
 
     def get(self, stream=None) -> np.ndarray:
         """Copy to a new NumPy array (waits for the stream the copy runs on)."""
-        handle = current_stream().handle if stream is None else Stream.wrap(stream).handle
-        _refuse_in_capture("DeviceArray.get", handle)
-        src = self if self.is_c_contiguous else self.copy()
         host = np.empty(self.shape, self.dtype)
-        if self.size:
+        if not self.size:
+            return host
+        with on_device(self.device_id):
+            handle = current_stream().handle if stream is None else Stream.wrap(stream).handle
+            _refuse_in_capture("DeviceArray.get", handle)
+            src = self if self.is_c_contiguous else self.copy()
             from cuda.bindings import driver
 
             (err,) = driver.cuMemcpyDtoHAsync(host.ctypes.data, src.ptr, self.nbytes, handle)
@@ -550,7 +581,7 @@ class DeviceArray:
             # CAI has no bfloat16 typestr ('<V2' would be read as raw bytes).
             raise AttributeError("bfloat16 has no CUDA Array Interface type: use DLPack "
                                  "(__dlpack__) or .view(numpy.uint16)")
-        handle = current_stream().handle
+        handle = stream_of(self.device_id).handle
         return {
             "shape": self.shape,
             "typestr": self.dtype.str,
@@ -575,7 +606,8 @@ class DeviceArray:
             # None and 1 name the legacy default stream (handle 0); 2 is the per-thread
             # default stream, whose handle is CU_STREAM_PER_THREAD == 2.
             consumer = 0 if stream in (None, 1) else int(stream)
-            _order_streams(current_stream().handle, consumer)
+            with on_device(self.device_id):
+                _order_streams(current_stream().handle, consumer)
         if self.dtype == bfloat16:
             # cuda.core's exporter has no bfloat16: export the bits as uint16, then set the
             # DLPack type code to kDLBfloat (same size, same lanes).
@@ -643,15 +675,19 @@ def _order_streams(producer: int, consumer: int) -> None:
 
 # -- creation --------------------------------------------------------------------------------
 
-def empty(shape, dtype=np.float64) -> DeviceArray:
-    """Uninitialised device memory from the stream-ordered allocator, on the current stream
-    (while the stream captures a CUDA graph: the graph's own memory, see :func:`_allocate`)."""
+def empty(shape, dtype=np.float64, *, device=None) -> DeviceArray:
+    """Uninitialised device memory from the stream-ordered allocator of ``device`` (default:
+    the current device), on its current stream (while the stream captures a CUDA graph:
+    the graph's own memory, see :func:`_allocate`)."""
+    if device is not None:
+        with on_device(device_ordinal(device, "empty")):
+            return empty(shape, dtype)
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty")
     nbytes = math.prod(shape) * dt.itemsize
     strides = _contiguous_strides(shape, dt.itemsize)
     if nbytes == 0:
-        out = DeviceArray(shape, dt, strides, 0, None, current_allocator()[1])
+        out = DeviceArray(shape, dt, strides, 0, None, STATE.ordinal)
     else:
         out = _new(shape, dt, strides, nbytes)
     if STATE.recorder is not None:
@@ -683,9 +719,13 @@ def _allocate(nbytes: int):
     return graph_allocator().allocate(nbytes, stream=stream.as_core()), device_id
 
 
-def zeros(shape, dtype=np.float64) -> DeviceArray:
+def zeros(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     """A new C-contiguous device array of ``shape`` filled with zeros (one stream-ordered
-    memset). ``dtype`` defaults to float64, as NumPy's."""
+    memset) on ``device`` (default: the current one). ``dtype`` defaults to float64, as
+    NumPy's."""
+    if device is not None:
+        with on_device(device_ordinal(device, "zeros")):
+            return zeros(shape, dtype)
     out = empty(shape, dtype)
     if out.size:
         from cuda.bindings import driver
@@ -706,32 +746,43 @@ def _refuse_in_capture(where: str, handle: int) -> None:
                            "or after the capture")
 
 
-def full(shape, fill_value, dtype=None) -> DeviceArray:
-    """A new C-contiguous device array of ``shape`` with every element ``fill_value``;
-    ``dtype`` defaults to NumPy's for the value (``np.asarray(fill_value).dtype``)."""
+def full(shape, fill_value, dtype=None, *, device=None) -> DeviceArray:
+    """A new C-contiguous device array of ``shape`` with every element ``fill_value``, on
+    ``device`` (default: the current one); ``dtype`` defaults to NumPy's for the value
+    (``np.asarray(fill_value).dtype``)."""
     dtype = np.asarray(fill_value).dtype if dtype is None else dtype
-    return empty(shape, dtype).fill(fill_value)
+    return empty(shape, dtype, device=device).fill(fill_value)
 
 
-def empty_like(a, dtype=None) -> DeviceArray:
-    """:func:`empty` with ``a``'s shape and (unless ``dtype`` is given) dtype."""
-    return empty(a.shape, a.dtype if dtype is None else dtype)
+def empty_like(a, dtype=None, *, device=None) -> DeviceArray:
+    """:func:`empty` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
+    (unless ``device`` is given)."""
+    return empty(a.shape, a.dtype if dtype is None else dtype,
+                 device=a.device_id if device is None else device)
 
 
-def zeros_like(a, dtype=None) -> DeviceArray:
-    """:func:`zeros` with ``a``'s shape and (unless ``dtype`` is given) dtype."""
-    return zeros(a.shape, a.dtype if dtype is None else dtype)
+def zeros_like(a, dtype=None, *, device=None) -> DeviceArray:
+    """:func:`zeros` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
+    (unless ``device`` is given)."""
+    return zeros(a.shape, a.dtype if dtype is None else dtype,
+                 device=a.device_id if device is None else device)
 
 
-def asarray(obj, dtype=None, *, copy=None) -> DeviceArray:
-    """A DeviceArray from ``obj``.
+def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
+    """A DeviceArray from ``obj``, on ``device`` when given (an ordinal, ``kaionb.Device``,
+    ``torch.device`` or ``"cuda:N"``).
 
     - DeviceArray: returned as is (converted on the device if ``dtype`` differs).
     - GPU memory of another library (``__dlpack__`` or ``__cuda_array_interface__``: CuPy,
       PyTorch, numba, JAX): zero-copy, ordered after the producer's stream.
-    - NumPy arrays, Python scalars and sequences: copied to the device.
+    - NumPy arrays, Python scalars and sequences: copied to the device (``device``, else
+      the current one).
     - Host memory of other libraries (a CPU torch tensor, ...): refused unless ``copy=True``.
+
+    GPU memory on another device than ``device`` is copied there (``copy=False``: a
+    ValueError instead).
     """
+    ordinal = None if device is None else device_ordinal(device, "asarray")
     if isinstance(obj, DeviceArray):
         out = obj
     elif isinstance(obj, np.ndarray) or not (hasattr(obj, "__dlpack__")
@@ -739,9 +790,19 @@ def asarray(obj, dtype=None, *, copy=None) -> DeviceArray:
         if copy is False:
             raise ValueError("asarray: a host (NumPy) array needs a copy to reach the GPU, "
                              "but copy=False was given")
+        if ordinal is not None:
+            with on_device(ordinal):
+                return asarray(obj, dtype)
         out = _from_host(obj, dtype)
     else:
         out = _from_foreign(obj, copy=copy)
+    if ordinal is not None and out.device_id != ordinal:
+        if copy is False:
+            raise ValueError(f"asarray: argument 'device' expected the device of the "
+                             f"array (device {out.device_id}) with copy=False, got device "
+                             f"{ordinal}")
+        moved = out.to(ordinal)
+        return moved if dtype is None else moved.astype(dtype)
     if dtype is not None and normalize_dtype(dtype, "asarray") != out.dtype:
         out = out.astype(dtype)
     elif copy and out is obj:
@@ -788,7 +849,7 @@ def _from_foreign(obj, *, copy) -> DeviceArray:
     from cuda.core.utils import StridedMemoryView
 
     if hasattr(obj, "__dlpack_device__"):
-        kind, _ = obj.__dlpack_device__()
+        kind, ordinal = obj.__dlpack_device__()
         if kind in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
             if not copy:
                 raise ValueError(
@@ -799,6 +860,10 @@ def _from_foreign(obj, *, copy) -> DeviceArray:
             raise ValueError(f"asarray: {type(obj).__name__} is on a "
                              f"{_DLPACK_DEVICE_NAMES.get(int(kind), f'type-{int(kind)}')} device; "
                              f"kaionb needs CUDA device memory")
+        if kind in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED) and int(ordinal) != STATE.ordinal:
+            # the producer's stream hand-off targets a stream of the memory's own device
+            with on_device(device_ordinal(int(ordinal), "asarray")):
+                return _from_foreign(obj, copy=copy)
     current_device()
     try:
         view = StridedMemoryView.from_any_interface(obj, stream_ptr=current_stream().handle)

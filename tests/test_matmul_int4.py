@@ -146,7 +146,7 @@ def _fake_weight(k=128, n=32, group_size=128):
     (dict(dtype=np.int32), TypeError, r"argument 'dtype' expected float32, float16"),
     (dict(out=_fake((4, 33), F16)), ValueError, r"argument 'out'"),
     (dict(w=_fake_weight(), a=_fake((4, 128), F16, device=1)), ValueError,
-     r"argument 'w' expected a weight on device 1"),
+     r"argument 'w' expected device 1 \(where 'a' is\), got device 0"),
 ])
 def test_matmul_bad_input_is_refused_before_launch(kwargs, exc, pattern):
     args = dict(a=_fake((4, 128), F16), w=_fake_weight())

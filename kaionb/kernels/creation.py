@@ -16,12 +16,14 @@ import numbers
 import numpy as np
 from numba import cuda, float64, int64, uint64
 
+from .._device import device as on_device
+from .._device import device_ordinal
 from ..array import DeviceArray, _axis_index, empty, full, normalize_dtype
 from ..validation import as_array, fail
 from .elementwise import THREADS, _grid_stride_blocks, elementwise_fwd
 from .helpers.dtypes import encode, storage
 from .launch import kernel
-from .op import Plan, fast_path, run
+from .op import Plan, device_guard, fast_path, run
 
 _RAMP_DTYPES = [np.dtype(t) for t in (np.float64, np.float32, np.float16, "bfloat16",
                                       np.int64, np.uint64, np.int32, np.uint32, np.int16,
@@ -78,6 +80,9 @@ def _number(op: str, name: str, value):
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None) -> DeviceArray:
     """``np.arange``: ``start, start + step, ...`` below ``stop`` (one argument: ``stop``
     from 0). The dtype is NumPy's (int64 for integers, float64 otherwise) unless given."""
+    if device is not None:
+        with on_device(device_ordinal(device, "arange")):
+            return arange(start, stop, step, dtype=dtype)
     if stop is None:
         start, stop = 0, start
     for name, v in (("start", start), ("stop", stop), ("step", step)):
@@ -93,6 +98,9 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None) -> DeviceArr
 def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> DeviceArray:
     """``np.linspace``: ``num`` evenly spaced values from ``start`` to ``stop`` (included
     when ``endpoint``), float64 unless ``dtype`` is given."""
+    if device is not None:
+        with on_device(device_ordinal(device, "linspace")):
+            return linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
     _number("linspace", "start", start)
     _number("linspace", "stop", stop)
     if isinstance(num, bool) or not isinstance(num, (numbers.Integral, np.integer)) or num < 0:
@@ -110,25 +118,31 @@ def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> 
 
 
 def ones(shape, *, dtype=None, device=None) -> DeviceArray:
-    """A new array of ones (float64 unless ``dtype`` is given)."""
-    return full(shape, 1, np.float64 if dtype is None else dtype)
+    """A new array of ones (float64 unless ``dtype`` is given) on ``device`` (default:
+    the current one)."""
+    return full(shape, 1, np.float64 if dtype is None else dtype, device=device)
 
 
 def ones_like(x, /, *, dtype=None, device=None) -> DeviceArray:
-    return full(x.shape, 1, x.dtype if dtype is None else dtype)
+    """Ones of ``x``'s shape, dtype and device (unless ``dtype`` / ``device`` say)."""
+    return full(x.shape, 1, x.dtype if dtype is None else dtype,
+                device=x.device_id if device is None else device)
 
 
 def full_like(x, /, fill_value, *, dtype=None, device=None) -> DeviceArray:
-    return full(x.shape, fill_value, x.dtype if dtype is None else dtype)
+    """``fill_value`` in ``x``'s shape, dtype and device (unless ``dtype`` / ``device``
+    say)."""
+    return full(x.shape, fill_value, x.dtype if dtype is None else dtype,
+                device=x.device_id if device is None else device)
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> DeviceArray:
     """A 2-D array with ones on diagonal ``k`` and zeros elsewhere (float64 unless
-    ``dtype`` is given)."""
+    ``dtype`` is given) on ``device`` (default: the current one)."""
     from ..array import zeros
 
     n_cols = n_rows if n_cols is None else n_cols
-    out = zeros((n_rows, n_cols), np.float64 if dtype is None else dtype)
+    out = zeros((n_rows, n_cols), np.float64 if dtype is None else dtype, device=device)
     length = max(0, min(n_rows + min(k, 0), n_cols - max(k, 0)))
     if length:
         step = (n_cols + 1) * out.itemsize
@@ -137,9 +151,10 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> DeviceArray:
     return out
 
 
+@device_guard
 def concatenate(arrays, /, *, axis=0) -> DeviceArray:
     """The arrays joined along an existing ``axis`` (None: flattened first); the result
-    dtype is NumPy's ``result_type`` of theirs."""
+    dtype is NumPy's ``result_type`` of theirs, on their device."""
     op = "concatenate"
     if not isinstance(arrays, (list, tuple)) or not arrays:
         fail(ValueError, op, "arrays", "a non-empty sequence of arrays",

@@ -397,13 +397,13 @@ def _grid_stride_blocks(size: int, per_thread: int = 1) -> int:
 
 
 @fast_path
-def elementwise_fwd(name, x0, x1=None, x2=None, *, out=None, dtype=None):
+def elementwise_fwd(name, x1, x2=None, x3=None, *, out=None, dtype=None):
     """Validate, resolve types, shapes and ``out``; launch unless empty. ``dtype``: the
     output dtype of a ``copy`` (astype)."""
     spec = UFUNCS.get(name)
     if spec is None:
         raise ValueError(f"elementwise: unknown op {name!r}")
-    operands = [x for x in (x0, x1, x2)][:spec.nin]
+    operands = [x for x in (x1, x2, x3)][:spec.nin]
     for i, x in enumerate(operands):
         # Python numbers are weak scalars, NumPy scalars typed ones (NEP 50); anything
         # else becomes an array (zero-copy for GPU memory).

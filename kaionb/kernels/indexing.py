@@ -28,7 +28,7 @@ from ..array import DeviceArray, _axis_index, _is_array_index, asarray, register
 from ..validation import as_array, fail
 from .elementwise import THREADS, _grid_stride_blocks, apply, elementwise_fwd
 from .launch import kernel
-from .op import Plan, fast_path, run
+from .op import Plan, device_guard, fast_path, run
 
 _BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 _INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
@@ -231,6 +231,7 @@ def _mask_indices(op: str, view: DeviceArray, axis: int, mask):
     return view.reshape(merged_shape), flat
 
 
+@device_guard
 def getitem(x: DeviceArray, key) -> DeviceArray:
     """``x[key]`` for a subscript holding an integer array or a boolean mask."""
     view, axis, index, is_mask, lead = _split(x, key)
@@ -247,6 +248,7 @@ def getitem(x: DeviceArray, key) -> DeviceArray:
     return out
 
 
+@device_guard
 def setitem(x: DeviceArray, key, value) -> None:
     """``x[key] = value``: basic subscripts assign into a view (broadcast, converted as
     NumPy's unsafe cast); an integer array scatters (with repeated indices, which of the

@@ -90,18 +90,20 @@ class KernelDef:
         return ptx
 
     def __getitem__(self, which) -> "CompiledKernel":
-        """The specialization ``which`` (index or signature string), loaded on the device."""
+        """The specialization ``which`` (index or signature string), loaded on the current
+        device."""
         signature = self.signatures[which] if isinstance(which, int) else str(which)
         if signature not in self.signatures:
             raise KeyError(f"kernel {self.name} has no specialization {signature!r}")
-        major, minor = compute_capability()
-        key = (signature, major, minor)
+        # A module is loaded per device (its context); the cubin is shared per architecture.
+        key = (signature, STATE.ordinal)
         compiled = self._compiled.get(key)
         if compiled is None:
             with self._lock:
                 compiled = self._compiled.get(key)
                 if compiled is None:
-                    compiled = self._compiled[key] = self._build(signature, (major, minor))
+                    compiled = self._compiled[key] = self._build(signature,
+                                                                 compute_capability())
         return compiled
 
     def _build(self, signature: str, device_cc: tuple) -> "CompiledKernel":

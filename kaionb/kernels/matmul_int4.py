@@ -45,7 +45,7 @@ from .helpers.int4 import (
 from .launch import kernel
 from .matmul import _OUT_KIND, _output, _splitk_workspace, matmul_fwd
 from .matmul_int8 import _qkv_outputs
-from .op import C_CONTIGUOUS, Plan, fast_path, outputs, workspace
+from .op import C_CONTIGUOUS, Plan, device_guard, fast_path, outputs, workspace
 
 _ACT_DTYPES = (np.dtype(np.float16), bfloat16)
 _ACT = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
@@ -219,8 +219,10 @@ def _unpack(w: Int4Weight) -> tuple:
     return q, scales, zeros, None if w.perm is None else w.perm.get()
 
 
+@device_guard
 def pack_int4(q, scales, zeros=None, *, group_size: int = 128, g_idx=None) -> Int4Weight:
-    """Pack unpacked 4-bit codes into an :class:`Int4Weight` on the current device.
+    """Pack unpacked 4-bit codes into an :class:`Int4Weight` on the device of the arrays
+    given on a GPU (else the current device).
 
     ``q`` integers [K, N], each 0 .. 15; ``scales`` float [K / group_size, N] (stored as
     float16); ``zeros`` integers [K / group_size, N], each 0 .. 16, or None for symmetric
@@ -281,6 +283,7 @@ def pack_int4(q, scales, zeros=None, *, group_size: int = 128, g_idx=None) -> In
                       None if perm is None else up(perm.astype(np.int32)), (k, n), g)
 
 
+@device_guard
 def from_gptq(qweight, qzeros, scales, g_idx=None, group_size: int = 128, *,
               format: str = "gptq") -> Int4Weight:
     """An :class:`Int4Weight` from the tensors of a GPTQ checkpoint layer, as AutoGPTQ /
@@ -328,6 +331,7 @@ def gptq_codes(qweight: np.ndarray, qzeros: np.ndarray, groups: int, n: int,
 pack_int4.from_gptq = from_gptq
 
 
+@device_guard
 def quantize_int4(w, group_size: int = 128, symmetric: bool = True) -> Int4Weight:
     """Round-to-nearest 4-bit quantization of a float weight ``w`` [K, N] (float16,
     bfloat16 or float32; the ``b`` of ``x @ b``) per group of ``group_size`` rows of each

@@ -42,18 +42,19 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
 from typing import NamedTuple
 
 import numpy as np
 
-from .._device import STATE, check_driver, current_stream
+from .._device import STATE, check_driver, current_stream, enter_device, leave_device
 from ..array import DeviceArray, _new, empty
 from ..grad.record import record
 from ..validation import check_contiguous, check_out, fail
 from .launch import CompiledKernel, KernelDef
 
-__all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "fast_path",
-           "output", "outputs", "record", "run", "workspace"]
+__all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "call_device",
+           "device_guard", "fast_path", "output", "outputs", "record", "run", "workspace"]
 
 # Layouts an output may be required to have: what the op's kernel can write.
 C_CONTIGUOUS = "C-contiguous"
@@ -177,7 +178,8 @@ def fast_path(fwd):
     """Wrap an op's ``<op>_fwd`` (see the module doc). Calls whose arguments are not all
     DeviceArrays, plain values and objects with a ``fast_path_parts()`` method (a tuple
     of those: kernels.matmul_int4.Int4Weight) run ``fwd`` itself (e.g. a CuPy array: it
-    is imported on each call)."""
+    is imported on each call). Every call runs on its arrays' device (:func:`call_device`;
+    arrays on two devices are refused), which is current for the length of the call."""
 
     @functools.wraps(fwd)
     def call(*args, **kwargs):
@@ -186,7 +188,7 @@ def fast_path(fwd):
         arrays = []
         key = _signature(fwd, args, kwargs, arrays)
         if key is None:
-            return fwd(*args, **kwargs)
+            return _on_call_device(fwd, args, kwargs)
         if len(arrays) > 1 and len({id(a) for a in arrays}) < len(arrays):
             # One array passed twice (``a += b``: input and out): the signature says which
             # arguments are the same object, so a replay finds the same aliasing.
@@ -197,20 +199,108 @@ def fast_path(fwd):
             replays = STATE.calls = {}
         replay = replays.get(key)
         if replay is None:
-            return _record(fwd, args, kwargs, arrays, replays, key)
+            token = enter_device(call_device(fwd, args, kwargs))
+            try:
+                return _record(fwd, args, kwargs, arrays, replays, key)
+            finally:
+                leave_device(token)
         if replay is _NOT_RECORDED:
-            return fwd(*args, **kwargs)
-        return replay(arrays)
+            return _on_call_device(fwd, args, kwargs)
+        token = enter_device(replay.device)
+        if token is None:  # the hot path: the call's device is current already
+            return replay(arrays)
+        try:
+            return replay(arrays)
+        finally:
+            leave_device(token)
 
     call.uncached = fwd
     return call
 
 
+def device_guard(fwd):
+    """Wrap an op's ``<op>_fwd`` that is not a :func:`fast_path` (one whose every call
+    differs: a step counter, a random draw) so that it too runs on its arrays' device."""
+
+    @functools.wraps(fwd)
+    def call(*args, **kwargs):
+        return _on_call_device(fwd, args, kwargs)
+
+    return call
+
+
+def _on_call_device(fwd, args, kwargs):
+    """``fwd(*args, **kwargs)`` with the call's device current."""
+    token = enter_device(call_device(fwd, args, kwargs))
+    try:
+        return fwd(*args, **kwargs)
+    finally:
+        leave_device(token)
+
+
+def call_device(fwd, args, kwargs) -> int:
+    """The device a call runs on: that of its GPU arrays (DeviceArrays, and other
+    libraries' arrays by ``__dlpack_device__``; nested in tuples and ``fast_path_parts``),
+    else the current one. Arrays on two devices: a ValueError naming the op and both
+    arguments, before anything runs."""
+    found = []
+    _devices((*args, *kwargs.values()), found)
+    if not found:
+        return STATE.ordinal
+    first = found[0]
+    if len(found) > 1 and any(d != first for d in found):
+        _refuse_mixed_devices(fwd, args, kwargs)
+    return first
+
+
+def _devices(values, found) -> None:
+    for value in values:
+        kind = type(value)
+        if kind is DeviceArray:
+            found.append(value.device_id)
+        elif kind is tuple or kind is list:
+            _devices(value, found)
+        elif hasattr(kind, "fast_path_parts"):
+            _devices(value.fast_path_parts(), found)
+        elif hasattr(value, "__dlpack_device__") and not isinstance(value, np.ndarray):
+            try:
+                dl_kind, ordinal = value.__dlpack_device__()
+            except Exception:  # the op's own validation names what is wrong with it
+                continue
+            if int(dl_kind) in (2, 13):  # kDLCUDA, kDLCUDAManaged
+                found.append(int(ordinal))
+
+
+def _refuse_mixed_devices(fwd, args, kwargs):
+    params = inspect.signature(fwd).bind_partial(*args, **kwargs).arguments
+    names = list(params)
+    op = fwd.__name__.lstrip("_").removesuffix("_fwd")
+    if names and names[0] in ("op", "name") and isinstance(params[names[0]], str):
+        op = params[names.pop(0)]
+    seen = []
+    for name in names:
+        value = params[name]
+        parts = value if type(value) in (tuple, list) else (value,)
+        for i, part in enumerate(parts):
+            found = []
+            _devices((part,), found)
+            label = f"{name}[{i}]" if parts is value else name
+            for ordinal in found:
+                if seen and ordinal != seen[0][1]:
+                    where = ("where the inputs are" if label.startswith("out")
+                             else f"where '{seen[0][0]}' is")
+                    fail(ValueError, op, label, f"device {seen[0][1]} ({where})",
+                         f"device {ordinal}")
+                seen.append((label, ordinal))
+    raise ValueError(f"{op}: arrays on several devices")  # a part nested deeper
+
+
 def _signature(fwd, args, kwargs, arrays):
     """The call's signature as a hashable tuple, its DeviceArrays appended to ``arrays``
     in order; None when an argument has no signature (not an array or a plain value).
-    Keyword names go in as one tuple, their values after the positional ones."""
-    key = [fwd]
+    Keyword names go in as one tuple, their values after the positional ones. The
+    current device is part of it: a call with no arrays runs there."""
+    key = [fwd, STATE.ordinal]
     if kwargs:
         key.append(tuple(kwargs))
         args = (*args, *kwargs.values())
@@ -258,6 +348,8 @@ def _record(fwd, args, kwargs, arrays, replays, key):
     finally:
         STATE.recorder = None
     replay = recording.replay(result)
+    if replay is not None:
+        replay.device = STATE.ordinal
     if replay is not None or recording.reason is not None:
         if len(replays) >= MAX_REPLAYS_PER_THREAD:
             del replays[next(iter(replays))]  # the oldest
@@ -385,11 +477,12 @@ def _overlapping(arrays) -> bool:
 
 
 class _Replay:
-    __slots__ = ("steps", "result")
+    __slots__ = ("steps", "result", "device")
 
     def __init__(self, steps, result):
         self.steps = steps
         self.result = result
+        self.device = 0  # the device the recorded call ran on (set by _record)
 
     def __call__(self, bases):
         for step in self.steps:

@@ -40,7 +40,7 @@ from ..validation import as_array, check_contiguous, check_same_device, check_sh
 from .helpers.rowwise import CODECS, FLOAT_DTYPES, MAX_GRID_X, VEC_BYTES
 from .helpers.vector import load_u32x4, load_u32x4_readonly, store_u32x4
 from .launch import kernel
-from .op import Plan, PlanCache
+from .op import Plan, PlanCache, device_guard
 
 __all__ = ["adamw_step", "adamw_step_fwd", "adamw_ref"]
 
@@ -202,6 +202,7 @@ def _check_apart(op, arrays):
 _PLANS = PlanCache()
 
 
+@device_guard
 def adamw_step_fwd(param, grad, m, v, *, lr, beta1=0.9, beta2=0.999, eps=1e-8,
                    weight_decay=0.01, step, maximize=False, model_param=None):
     """Validate everything, then launch (nothing for empty arrays). Returns None."""

@@ -67,7 +67,7 @@ from ..ptx_patches import device_function
 from ..validation import check_contiguous, check_out, fail
 from .helpers.dtypes import HALF_DTYPES, compute_type, encode, storage
 from .launch import kernel
-from .op import C_CONTIGUOUS, Plan, output, run
+from .op import C_CONTIGUOUS, Plan, device_guard, output, run
 
 # Philox4x32 multipliers and Weyl key increments (Random123, philox.h).
 PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
@@ -268,6 +268,7 @@ class Philox:
 # The fwds below are not wrapped in kernels.op.fast_path: its replay would launch with the
 # recorded counter offset and repeat the earlier draw. Every draw must take new counters.
 
+@device_guard
 def uniform_fwd(philox, low, high, size, dtype, *, out=None, op="uniform"):
     """Validate; launch unless empty: U[low, high) in ``dtype``, of shape ``size`` (None:
     0-d, or out's shape). Returns the output."""
@@ -288,6 +289,7 @@ def uniform_fwd(philox, low, high, size, dtype, *, out=None, op="uniform"):
     return run(_launch, "uniform", philox, params, out=out)
 
 
+@device_guard
 def normal_fwd(philox, loc, scale, size, dtype, *, out=None, op="normal"):
     """Validate; launch unless empty: N(loc, scale²) in ``dtype`` (computed in float32 for
     float32 and the halves), of shape ``size``. Returns the output."""
@@ -301,6 +303,7 @@ def normal_fwd(philox, loc, scale, size, dtype, *, out=None, op="normal"):
     return run(_launch, "normal", philox, (float(loc_c), float(scale_c), 0.0), out=out)
 
 
+@device_guard
 def integers_fwd(philox, low, high, size, dtype, endpoint=False, *, out=None):
     """Validate; launch unless empty: integers in [low, high) ([low, high] with
     ``endpoint``) in ``dtype`` (integer or bool), of shape ``size``. Returns the output."""
