@@ -28,6 +28,7 @@ class _ThreadState(threading.local):
     same four of this thread's other devices wait in ``parked``."""
 
     ordinal = 0  # this thread's current device
+    chosen = False  # whether ordinal was chosen (else current_device() adopts the driver's)
     device = None  # its cuda.core Device, once its context was made current
     allocator = None
     graph_allocator = None
@@ -113,11 +114,18 @@ def Device(ordinal=None):
 
 
 def current_device():
-    """The cuda.core Device that is current on this thread, its primary context made current."""
+    """The cuda.core Device that is current on this thread, its primary context made current.
+
+    A thread that has not chosen a device (``set_device``, ``with kaionb.device``) takes
+    the one whose context is current on it, as the CUDA runtime would: after
+    ``torch.cuda.set_device(1)``, kaionb's first array lands on device 1 too."""
     dev = STATE.device
     if dev is None:
         if not gpu_available():
             raise RuntimeError("kaionb: no CUDA GPU is available on this machine")
+        if not STATE.chosen:
+            STATE.chosen = True
+            STATE.ordinal = _driver_current_ordinal(STATE.ordinal)
         check_ordinal(STATE.ordinal)
         dev = _core_device(STATE.ordinal)
         dev.set_current()
@@ -125,6 +133,17 @@ def current_device():
         global _MULTI_GPU
         _MULTI_GPU = device_count() > 1
     return dev
+
+
+def _driver_current_ordinal(default: int) -> int:
+    """The device of the context current on this thread, or ``default`` when none is."""
+    from cuda.bindings import driver
+
+    err, ctx = driver.cuCtxGetCurrent()
+    if int(err) != 0 or not int(ctx):
+        return default
+    err, ordinal = driver.cuCtxGetDevice()
+    return int(ordinal) if int(err) == 0 else default
 
 
 def current_ordinal() -> int:
@@ -157,6 +176,7 @@ def _primary_context(ordinal: int) -> int:
 def _switch(ordinal: int) -> None:
     """Make ``ordinal`` this thread's current device in STATE (park the current one's
     state, bring back the new one's); the driver's context is the caller's business."""
+    STATE.chosen = True
     if ordinal == STATE.ordinal:
         return
     parked = STATE.parked
@@ -179,9 +199,10 @@ def _set_context(ctx: int) -> None:
 def enter_device(ordinal: int):
     """Make device ``ordinal`` current for one op (STATE and the driver's context); returns
     what :func:`leave_device` needs to restore the previous state, or None when nothing
-    changed. Hot path: with one GPU (or before any context exists) a matching ordinal
-    costs one comparison."""
-    if not _MULTI_GPU and ordinal == STATE.ordinal:
+    changed. Hot path: with one GPU a matching ordinal costs two comparisons (and
+    without a GPU nothing is checked: the op's validation runs, then fails to launch)."""
+    if not _MULTI_GPU and ordinal == STATE.ordinal and (
+            STATE.device is not None or not gpu_available()):
         return None
     from cuda.bindings import driver
 

@@ -18,6 +18,7 @@ import operator
 import ml_dtypes
 import numpy as np
 
+from . import _device
 from ._device import (
     STATE,
     Stream,
@@ -26,6 +27,8 @@ from ._device import (
     current_device,
     current_stream,
     device_ordinal,
+    enter_device,
+    leave_device,
     stream_of,
     graph_allocator,
     is_capturing,
@@ -509,8 +512,9 @@ class DeviceArray:
     # -- copies and conversion ------------------------------------------------------------
     def copy(self) -> "DeviceArray":
         """A C-contiguous copy on the array's device."""
-        out = empty(self.shape, self.dtype, device=self.device_id)
-        _copy_into(out, self)
+        with on_device(self.device_id):
+            out = empty(self.shape, self.dtype)
+            _copy_into(out, self)
         return out
 
     def astype(self, dtype) -> "DeviceArray":
@@ -519,8 +523,9 @@ class DeviceArray:
         dt = normalize_dtype(dtype, "astype")
         if dt == self.dtype:
             return self.copy()
-        out = empty(self.shape, dt, device=self.device_id)
-        _copy_into(out, self)
+        with on_device(self.device_id):
+            out = empty(self.shape, dt)
+            _copy_into(out, self)
         return out
 
     def to(self, device, *, stream=None) -> "DeviceArray":
@@ -679,9 +684,19 @@ def empty(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     """Uninitialised device memory from the stream-ordered allocator of ``device`` (default:
     the current device), on its current stream (while the stream captures a CUDA graph:
     the graph's own memory, see :func:`_allocate`)."""
-    if device is not None:
-        with on_device(device_ordinal(device, "empty")):
-            return empty(shape, dtype)
+    if device is not None or _device._MULTI_GPU:  # (one GPU: nothing to choose)
+        token = enter_device(STATE.ordinal if device is None else
+                             device_ordinal(device, "empty"))
+        if token is not None:
+            try:
+                return _empty(shape, dtype)
+            finally:
+                leave_device(token)
+    return _empty(shape, dtype)
+
+
+def _empty(shape, dtype) -> DeviceArray:
+    """:func:`empty` on the current device, its context current."""
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty")
     nbytes = math.prod(shape) * dt.itemsize
@@ -723,10 +738,15 @@ def zeros(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     """A new C-contiguous device array of ``shape`` filled with zeros (one stream-ordered
     memset) on ``device`` (default: the current one). ``dtype`` defaults to float64, as
     NumPy's."""
-    if device is not None:
-        with on_device(device_ordinal(device, "zeros")):
-            return zeros(shape, dtype)
-    out = empty(shape, dtype)
+    if device is not None or _device._MULTI_GPU:
+        with on_device(STATE.ordinal if device is None else device_ordinal(device, "zeros")):
+            return _zeros(shape, dtype)
+    return _zeros(shape, dtype)
+
+
+def _zeros(shape, dtype) -> DeviceArray:
+    """:func:`zeros` on the current device, its context current."""
+    out = _empty(shape, dtype)
     if out.size:
         from cuda.bindings import driver
 
@@ -790,10 +810,9 @@ def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
         if copy is False:
             raise ValueError("asarray: a host (NumPy) array needs a copy to reach the GPU, "
                              "but copy=False was given")
-        if ordinal is not None:
-            with on_device(ordinal):
-                return asarray(obj, dtype)
-        out = _from_host(obj, dtype)
+        with on_device(STATE.ordinal if ordinal is None else ordinal):
+            out = _from_host(obj, dtype)
+        return out
     else:
         out = _from_foreign(obj, copy=copy)
     if ordinal is not None and out.device_id != ordinal:
