@@ -67,16 +67,16 @@ def device_ordinal(device, where: str = "kaionb", name: str = "device") -> int:
     None is the current device. A ValueError naming ``where`` for an ordinal no GPU has,
     TypeError for anything else."""
     if device is None:
-        return STATE.ordinal
+        return current_ordinal()
     if isinstance(device, numbers.Integral) and not isinstance(device, bool):
         ordinal = int(device)
     elif isinstance(device, str) or type(device).__name__ == "device":  # "cuda:1", torch
         text = str(device)
         kind, _, index = text.partition(":")
-        if kind != "cuda" or (index and not index.isdigit()):
+        if kind != "cuda" or (index and not (index.isascii() and index.isdigit())):
             raise ValueError(f"{where}: argument '{name}' expected a CUDA device ('cuda', "
                              f"'cuda:N' or an ordinal), got {text!r}")
-        ordinal = int(index) if index else STATE.ordinal
+        ordinal = int(index) if index else current_ordinal()
     else:
         for attr in ("device_id", "id"):  # cuda.core / DeviceArray, CuPy
             value = getattr(device, attr, None)
@@ -93,7 +93,9 @@ def device_ordinal(device, where: str = "kaionb", name: str = "device") -> int:
 
 def check_ordinal(ordinal: int, where: str = "kaionb", name: str = "device") -> None:
     """A ValueError for a device ordinal below 0 or (with a GPU) past the last GPU."""
-    count = device_count() if ordinal > 0 else 1
+    if ordinal == 0:  # the hot case, and every machine with a GPU has a device 0
+        return
+    count = device_count()
     if ordinal < 0 or (count and ordinal >= count):
         raise ValueError(f"{where}: argument '{name}' expected a device ordinal from 0 to "
                          f"{max(count, 1) - 1} ({count} GPU{'s' if count != 1 else ''} "
@@ -147,7 +149,10 @@ def _driver_current_ordinal(default: int) -> int:
 
 
 def current_ordinal() -> int:
-    """This thread's current device ordinal."""
+    """This thread's current device ordinal (a thread that chose none adopts the driver's
+    current device first, see :func:`current_device`)."""
+    if not STATE.chosen and STATE.device is None and gpu_available():
+        current_device()
     return STATE.ordinal
 
 
@@ -214,6 +219,10 @@ def enter_device(ordinal: int):
     target = _primary_context(ordinal)
     if ordinal == STATE.ordinal and previous_ctx == target:
         return None
+    if STATE.capture is not None and ordinal != STATE.ordinal:
+        # its launches would go to the other device's stream, outside the graph
+        raise RuntimeError(f"kaionb.graph: an op on device {ordinal} inside a capture on "
+                           f"device {STATE.ordinal}; a graph captures one device's work")
     token = (STATE.ordinal, previous_ctx)
     _switch(ordinal)
     if STATE.device is None:
@@ -254,6 +263,8 @@ class device:
 def set_device(n) -> None:
     """Make GPU ``n`` this thread's current device (outside any ``with kaionb.device``)."""
     ordinal = device_ordinal(n, "kaionb.set_device", "n")
+    if not gpu_available():
+        raise RuntimeError("kaionb.set_device: no CUDA GPU is available on this machine")
     _switch(ordinal)
     current_device()
     if _MULTI_GPU:
@@ -379,6 +390,27 @@ def stream_of(ordinal: int) -> Stream:
         return STATE.stream
     parked = (STATE.parked or {}).get(ordinal)
     return _DEFAULT_STREAM if parked is None else parked[3]
+
+
+_LEGACY_COMPANIONS: dict = {}
+
+
+def allocation_stream(ordinal: int, stream: Stream):
+    """The cuda.core stream an allocation on ``stream`` of device ``ordinal`` is made and
+    later freed on. The legacy default stream's handle means the *current* context's, so
+    with several GPUs a device-1 array freed while device 0 is current would have its
+    free ordered on device 0's work (and its memory reused under a running kernel): there
+    a blocking stream of the array's own device stands in, which the legacy default
+    stream of that device waits for and is waited on by."""
+    if not _MULTI_GPU or stream.handle not in (0, 1):
+        return stream.as_core()
+    companion = _LEGACY_COMPANIONS.get(ordinal)
+    if companion is None:
+        from cuda.core import StreamOptions
+
+        companion = _LEGACY_COMPANIONS[ordinal] = current_device().create_stream(
+            options=StreamOptions(nonblocking=False))
+    return companion
 
 
 _PEERS_ENABLED: set = set()

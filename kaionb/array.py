@@ -22,9 +22,11 @@ from . import _device
 from ._device import (
     STATE,
     Stream,
+    allocation_stream,
     check_driver,
     current_allocator,
     current_device,
+    current_ordinal,
     current_stream,
     device_ordinal,
     enter_device,
@@ -685,7 +687,7 @@ def empty(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     the current device), on its current stream (while the stream captures a CUDA graph:
     the graph's own memory, see :func:`_allocate`)."""
     if device is not None or _device._MULTI_GPU:  # (one GPU: nothing to choose)
-        token = enter_device(STATE.ordinal if device is None else
+        token = enter_device(current_ordinal() if device is None else
                              device_ordinal(device, "empty"))
         if token is not None:
             try:
@@ -727,7 +729,8 @@ def _allocate(nbytes: int):
     memory_resource, device_id = current_allocator()
     stream = current_stream()
     try:
-        return memory_resource.allocate(nbytes, stream=stream.as_core()), device_id
+        return memory_resource.allocate(nbytes, stream=allocation_stream(device_id, stream)), \
+            device_id
     except RuntimeError:
         if not is_capturing(stream.handle):
             raise
@@ -739,7 +742,7 @@ def zeros(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     memset) on ``device`` (default: the current one). ``dtype`` defaults to float64, as
     NumPy's."""
     if device is not None or _device._MULTI_GPU:
-        with on_device(STATE.ordinal if device is None else device_ordinal(device, "zeros")):
+        with on_device(current_ordinal() if device is None else device_ordinal(device, "zeros")):
             return _zeros(shape, dtype)
     return _zeros(shape, dtype)
 
@@ -771,21 +774,22 @@ def full(shape, fill_value, dtype=None, *, device=None) -> DeviceArray:
     ``device`` (default: the current one); ``dtype`` defaults to NumPy's for the value
     (``np.asarray(fill_value).dtype``)."""
     dtype = np.asarray(fill_value).dtype if dtype is None else dtype
-    return empty(shape, dtype, device=device).fill(fill_value)
+    ordinal = None if device is None else device_ordinal(device, "full")
+    return empty(shape, dtype, device=ordinal).fill(fill_value)
 
 
 def empty_like(a, dtype=None, *, device=None) -> DeviceArray:
     """:func:`empty` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
     (unless ``device`` is given)."""
     return empty(a.shape, a.dtype if dtype is None else dtype,
-                 device=a.device_id if device is None else device)
+                 device=a.device_id if device is None else device_ordinal(device, "empty_like"))
 
 
 def zeros_like(a, dtype=None, *, device=None) -> DeviceArray:
     """:func:`zeros` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
     (unless ``device`` is given)."""
     return zeros(a.shape, a.dtype if dtype is None else dtype,
-                 device=a.device_id if device is None else device)
+                 device=a.device_id if device is None else device_ordinal(device, "zeros_like"))
 
 
 def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
@@ -810,7 +814,7 @@ def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
         if copy is False:
             raise ValueError("asarray: a host (NumPy) array needs a copy to reach the GPU, "
                              "but copy=False was given")
-        with on_device(STATE.ordinal if ordinal is None else ordinal):
+        with on_device(current_ordinal() if ordinal is None else ordinal):
             out = _from_host(obj, dtype)
         return out
     else:

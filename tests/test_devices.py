@@ -90,12 +90,6 @@ def _int4(device_id):
 
 Q4 = (1, 2, 16, 64)  # attention [B, H, S, D], float16
 X4 = (1, 4, 2, 8)  # rope [B, S, H, D]; cos, sin [4, 4]
-# Names the refusal takes from an internal ``<op>_fwd`` signature instead of the public one.
-INTERNAL_NAMES = pytest.mark.xfail(strict=True, reason="kernels/op.py _refuse_mixed_devices "
-                                   "names arguments by the wrapped *_fwd's signature")
-# add_rms_norm's residual_out is an output, but only labels starting with "out" say so.
-OUT_LABEL = pytest.mark.xfail(strict=True, reason="kernels/op.py _refuse_mixed_devices: "
-                              "label.startswith('out') misses 'residual_out'")
 
 
 def case(op, arg, first, call, *marks):
@@ -118,7 +112,7 @@ MIXED = [
     case("layer_norm", "bias", "x", lambda: kaionb.layer_norm(d0(), d0((8,)), d1((8,)))),
     case("add_rms_norm", "residual", "x", lambda: kaionb.add_rms_norm(d0(), d1(), d0((8,)))),
     case("add_rms_norm", "residual_out", None,
-         lambda: kaionb.add_rms_norm(d0(), d0(), d0((8,)), residual_out=d1()), OUT_LABEL),
+         lambda: kaionb.add_rms_norm(d0(), d0(), d0((8,)), residual_out=d1())),
     case("rms_norm_bwd", "x", "grad", lambda: kaionb.rms_norm_bwd(d0(), d1(), d0((8,)))),
     case("layer_norm_bwd", "weight", "grad", lambda: kaionb.layer_norm_bwd(d0(), d0(), d1((8,)))),
     case("softmax", "out", None, lambda: kaionb.softmax(d0(), out=d1())),
@@ -159,22 +153,20 @@ MIXED = [
     case("add", "out", None, lambda: kaionb.add(d0(()), 1.0, out=d1(()))),
     case("exp", "out", None, lambda: kaionb.exp(d0(), out=d1())),
     case("less", "x2", "x1", lambda: d0() < d1()),
-    case("where", "x2", "condition", lambda: kaionb.where(d0(dtype=bool), d0(), d1()),
-         INTERNAL_NAMES),
-    case("clip", "max", "x", lambda: kaionb.clip(d0(), d0(), d1()), INTERNAL_NAMES),
+    case("where", "x2", "condition", lambda: kaionb.where(d0(dtype=bool), d0(), d1())),
+    case("clip", "max", "x", lambda: kaionb.clip(d0(), d0(), d1())),
     case("sum", "out", None, lambda: kaionb.sum(d0(), axis=1, out=d1((4,)))),
     case("max", "out", None, lambda: kaionb.max(d0(), axis=0, out=d1((8,)))),
     case("argmax", "out", None, lambda: kaionb.argmax(d0(), axis=1, out=d1((4,), I64))),
     case("concatenate", "arrays[1]", "arrays[0]", lambda: kaionb.concatenate([d0(), d1()])),
     case("concatenate", "arrays[2]", "arrays[0]",
          lambda: kaionb.concatenate((d0((2,)), d0((3,)), d1((2,))))),
-    case("stack", "arrays[1]", "arrays[0]", lambda: kaionb.stack([d0(), d1()]), INTERNAL_NAMES),
+    case("stack", "arrays[1]", "arrays[0]", lambda: kaionb.stack([d0(), d1()])),
     case("rope", "cos", "x", lambda: kaionb.rope(d0(X4), d1((4, 4)), d0((4, 4)))),
     case("rope", "positions", "x",
          lambda: kaionb.rope(d0(X4), d0((4, 4)), d0((4, 4)), positions=d1((4,), I32))),
     case("rope", "out", None, lambda: kaionb.rope(d0(X4), d0((4, 4)), d0((4, 4)), out=d1(X4))),
-    case("rope_bwd", "sin", "grad", lambda: kaionb.rope_bwd(d0(X4), d0((4, 4)), d1((4, 4))),
-         INTERNAL_NAMES),
+    case("rope_bwd", "sin", "grad", lambda: kaionb.rope_bwd(d0(X4), d0((4, 4)), d1((4, 4)))),
     case("quantize_int8", "out[0]", None,
          lambda: kaionb.quantize_int8(d0(), out=(d1(dtype=I8), d0(())))),
     case("quantize_int8", "out[1]", None,
@@ -268,8 +260,6 @@ def test_device_ordinal_refuses_other_devices(spec):
         device_ordinal(spec)
 
 
-@pytest.mark.xfail(strict=True, reason="_device.py device_ordinal: str.isdigit() accepts "
-                   "'²', then int() raises its own ValueError, not naming the function")
 def test_device_ordinal_refuses_a_superscript_digit():
     with pytest.raises(ValueError, match="^" + re.escape(NOT_CUDA + "'cuda:²'") + "$"):
         device_ordinal("cuda:²")
@@ -295,8 +285,6 @@ def test_device_ordinal_refuses_negative_ordinals(spec, got):
         device_ordinal(spec)
 
 
-@pytest.mark.xfail(COUNT != 1, strict=True, reason="_device.py check_ordinal: for a negative "
-                   "ordinal, count = 1, so the message says '1 GPU visible' whatever is")
 def test_negative_ordinal_message_counts_the_gpus():
     with pytest.raises(ValueError, match=rf"\({COUNT} GPUs? visible\), got -1$"):
         device_ordinal(-1)
@@ -310,9 +298,6 @@ def test_without_a_gpu_positive_ordinals_are_not_range_checked():
 
 
 # Each public function that takes a device names itself and its argument in the error.
-CREATION_NAMES = pytest.mark.xfail(strict=True, reason="array.py / kernels/creation.py: the "
-                                   "call is delegated to empty() or zeros(), which name "
-                                   "themselves")
 
 
 def named(fn, arg, call, *marks):
@@ -331,13 +316,13 @@ WHERE_NAMED = [
     named("asarray", "device", lambda d: kaionb.asarray(d0((2,)), device=d)),
     named("DeviceArray.to", "device", lambda d: d0((2,)).to(d)),
     named("DeviceArray.to", "device", lambda d: d0((2,)).to_device(d)),  # the same method
-    named("full", "device", lambda d: kaionb.full((2,), 1.0, device=d), CREATION_NAMES),
-    named("ones", "device", lambda d: kaionb.ones((2,), device=d), CREATION_NAMES),
-    named("eye", "device", lambda d: kaionb.eye(2, device=d), CREATION_NAMES),
-    named("empty_like", "device", lambda d: kaionb.empty_like(d0((2,)), device=d), CREATION_NAMES),
-    named("zeros_like", "device", lambda d: kaionb.zeros_like(d0((2,)), device=d), CREATION_NAMES),
-    named("ones_like", "device", lambda d: kaionb.ones_like(d0((2,)), device=d), CREATION_NAMES),
-    named("full_like", "device", lambda d: kaionb.full_like(d0((2,)), 1, device=d), CREATION_NAMES),
+    named("full", "device", lambda d: kaionb.full((2,), 1.0, device=d)),
+    named("ones", "device", lambda d: kaionb.ones((2,), device=d)),
+    named("eye", "device", lambda d: kaionb.eye(2, device=d)),
+    named("empty_like", "device", lambda d: kaionb.empty_like(d0((2,)), device=d)),
+    named("zeros_like", "device", lambda d: kaionb.zeros_like(d0((2,)), device=d)),
+    named("ones_like", "device", lambda d: kaionb.ones_like(d0((2,)), device=d)),
+    named("full_like", "device", lambda d: kaionb.full_like(d0((2,)), 1, device=d)),
 ]
 
 
@@ -401,8 +386,6 @@ def test_without_a_gpu_entering_another_device_fails_and_changes_nothing():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU case (a GPU is visible here)")
-@pytest.mark.xfail(strict=True, reason="_device.py set_device: _switch(ordinal) runs before "
-                   "current_device(), which raises, so the failed device stays current")
 def test_without_a_gpu_a_failed_set_device_changes_nothing():
     def set_3():
         with pytest.raises(RuntimeError, match="no CUDA GPU"):
@@ -863,9 +846,6 @@ FIRST_CALLS = {"empty": lambda: kaionb.empty((2,)), "zeros": lambda: kaionb.zero
 
 
 @two_gpus
-@pytest.mark.xfail(strict=True, reason="array.py empty/zeros/asarray, kernels/op.py call_device: "
-                   "STATE.ordinal (0) is read before current_device() adopts the driver's "
-                   "device, so a new thread's first array lands on device 0")
 @pytest.mark.parametrize("first", FIRST_CALLS)
 def test_a_new_thread_adopts_the_drivers_current_device(first):
     # As after torch.cuda.set_device(1) or cupy.cuda.Device(1).use() on that thread.
@@ -884,11 +864,7 @@ def test_a_new_thread_adopts_the_drivers_current_device(first):
 
 
 @two_gpus
-@pytest.mark.parametrize("current", [
-    pytest.param(0, marks=pytest.mark.xfail(strict=True, reason="grad/tape.py Tape.backward: "
-                 "the default grad_output full(output.shape, 1.0) (and the zeros of unreached "
-                 "outputs) is made on the current device, not the output's")),
-    1])
+@pytest.mark.parametrize("current", [0, 1])
 def test_backward_of_outputs_on_device_one(current):
     rng = np.random.default_rng(12)
     a, b = rnd(rng, (33, 65)), rnd(rng, (65, 17))
@@ -905,21 +881,22 @@ def test_backward_of_outputs_on_device_one(current):
 
 
 @two_gpus
-@pytest.mark.parametrize("current", [
-    pytest.param(0, marks=pytest.mark.xfail(strict=True, reason="graphs.py: kaionb.graph() "
-                 "captures the current device's stream; an op on another device's arrays runs "
-                 "at once on that device's stream, outside the graph: a replay does not redo it")),
-    1])
+@pytest.mark.parametrize("current", [0, 1])
 def test_graph_of_an_op_on_device_one(current):
+    """A graph captures one device: an op on another device's arrays inside the capture
+    is refused before it runs (it would run at once, outside the graph)."""
     rng = np.random.default_rng(14)
     x1 = kaionb.asarray(rnd(rng, (64, 129)), device=1)
     with kaionb.device(current):
         try:
             with kaionb.graph() as g:
                 y = kaionb.exp(x1)
-        except ValueError as exc:  # refused before it runs: right too
-            assert current != 1 and str(exc).startswith("exp: ")
+        except RuntimeError as exc:
+            assert current != 1 and str(exc) == ("kaionb.graph: an op on device 1 inside a "
+                                                 "capture on device 0; a graph captures one "
+                                                 "device's work")
             return
+        assert current == 1
         new = rnd(rng, (64, 129))
         x1[...] = kaionb.asarray(new, device=1)
         g.replay()

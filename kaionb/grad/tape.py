@@ -43,11 +43,12 @@ class Tape:
             fail(ValueError, "Tape.backward", "grad_output", f"shape {tuple(output.shape)}",
                  tuple(grad_output.shape))
         grads = {id(output): grad_output if grad_output is not None
-                 else full(output.shape, 1.0, np.float32)}
+                 else full(output.shape, 1.0, np.float32, device=output.device_id)}
         for backward_fn, inputs, outputs in reversed(self.entries):
             if not any(id(o) in grads for o in outputs):
                 continue
-            grad_outputs = [grads[id(o)] if id(o) in grads else full(o.shape, 0.0, np.float32)
+            grad_outputs = [grads[id(o)] if id(o) in grads
+                            else full(o.shape, 0.0, np.float32, device=o.device_id)
                             for o in outputs]
             for x, g in zip(inputs, backward_fn(*grad_outputs)):
                 if g is None or not getattr(x, "requires_grad", False):
@@ -79,7 +80,7 @@ def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None, reference=
     with Tape() as tape:
         out = fn(*inputs)
     weights = rng.standard_normal(out.shape).astype(np.float32)
-    tape.backward(out, asarray(weights))
+    tape.backward(out, asarray(weights, device=out.device_id))
 
     def loss(args):
         if reference is not None:
@@ -101,7 +102,7 @@ def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None, reference=
                 h[pos] = h[pos] + sign * eps  # rounded to the input's dtype
                 points.append(float(h[pos]))
                 args = list(inputs)
-                args[index] = asarray(h)
+                args[index] = asarray(h, device=x.device_id)
                 shifted.append(loss(args))
             numeric = (shifted[0] - shifted[1]) / (points[0] - points[1])
             err = abs(numeric - analytic[pos]) / max(abs(numeric), 1e-3)

@@ -120,20 +120,21 @@ def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> 
 def ones(shape, *, dtype=None, device=None) -> DeviceArray:
     """A new array of ones (float64 unless ``dtype`` is given) on ``device`` (default:
     the current one)."""
-    return full(shape, 1, np.float64 if dtype is None else dtype, device=device)
+    return full(shape, 1, np.float64 if dtype is None else dtype,
+                device=None if device is None else device_ordinal(device, "ones"))
 
 
 def ones_like(x, /, *, dtype=None, device=None) -> DeviceArray:
     """Ones of ``x``'s shape, dtype and device (unless ``dtype`` / ``device`` say)."""
     return full(x.shape, 1, x.dtype if dtype is None else dtype,
-                device=x.device_id if device is None else device)
+                device=x.device_id if device is None else device_ordinal(device, "ones_like"))
 
 
 def full_like(x, /, fill_value, *, dtype=None, device=None) -> DeviceArray:
     """``fill_value`` in ``x``'s shape, dtype and device (unless ``dtype`` / ``device``
     say)."""
     return full(x.shape, fill_value, x.dtype if dtype is None else dtype,
-                device=x.device_id if device is None else device)
+                device=x.device_id if device is None else device_ordinal(device, "full_like"))
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> DeviceArray:
@@ -142,7 +143,8 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> DeviceArray:
     from ..array import zeros
 
     n_cols = n_rows if n_cols is None else n_cols
-    out = zeros((n_rows, n_cols), np.float64 if dtype is None else dtype, device=device)
+    out = zeros((n_rows, n_cols), np.float64 if dtype is None else dtype,
+                device=None if device is None else device_ordinal(device, "eye"))
     length = max(0, min(n_rows + min(k, 0), n_cols - max(k, 0)))
     if length:
         step = (n_cols + 1) * out.itemsize
@@ -190,6 +192,7 @@ def concatenate(arrays, /, *, axis=0) -> DeviceArray:
     return out
 
 
+@device_guard
 def stack(arrays, /, *, axis=0) -> DeviceArray:
     """The arrays (all of one shape) joined along a new ``axis``."""
     op = "stack"

@@ -409,7 +409,7 @@ def elementwise_fwd(name, x1, x2=None, x3=None, *, out=None, dtype=None):
         # else becomes an array (zero-copy for GPU memory).
         if not isinstance(x, DeviceArray) and not (
                 type(x) in _PY_SCALARS or isinstance(x, np.generic)):
-            operands[i] = as_array(name, f"x{i + 1}", x)
+            operands[i] = as_array(name, _operand_name(name, i), x)
     arrays = [x for x in operands if isinstance(x, DeviceArray)]
     if name == "copy":
         loops, out_dt = (np.dtype(dtype),), np.dtype(dtype)
@@ -420,11 +420,7 @@ def elementwise_fwd(name, x1, x2=None, x3=None, *, out=None, dtype=None):
     if name == "pow" and type(operands[1]) is int and operands[1] < 0 and loops[1].kind in "iu":
         raise ValueError("pow: Integers to negative integer powers are not allowed.")
     shape = broadcast_shape(name, [x.shape for x in arrays])
-    devices = {x.device_id for x in arrays}
-    if len(devices) > 1:
-        fail(ValueError, name, "x2", f"device {arrays[0].device_id} (where 'x1' is)",
-             f"devices {sorted(devices)}")
-    device = arrays[0].device_id if arrays else 0
+    device = arrays[0].device_id if arrays else 0  # (fast_path refused several devices)
     if out is None:
         out = empty(shape, out_dt)
     else:
@@ -432,6 +428,19 @@ def elementwise_fwd(name, x1, x2=None, x3=None, *, out=None, dtype=None):
     operands = [x.copy() if isinstance(x, DeviceArray) and _needs_copy(x, out) else x
                 for x in operands]
     return run(_elementwise_launch, name, tuple(operands), loops, out=out)
+
+
+# The array API's names of the operands where they are not x1, x2 (errors name them).
+elementwise_fwd.uncached.public_names = {
+    "where": {"x1": "condition", "x2": "x1", "x3": "x2"},
+    "clip": {"x1": "x", "x2": "min", "x3": "max"},
+}
+
+
+def _operand_name(op: str, i: int) -> str:
+    """The public name of operand ``i`` (from 0) of elementwise op ``op``."""
+    internal = f"x{i + 1}"
+    return elementwise_fwd.uncached.public_names.get(op, {}).get(internal, internal)
 
 
 def _check_out(name, out, shape, result_dt, device):

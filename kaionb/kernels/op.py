@@ -47,7 +47,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._device import STATE, check_driver, current_stream, enter_device, leave_device
+from .._device import (
+    STATE,
+    check_driver,
+    current_ordinal,
+    current_stream,
+    enter_device,
+    leave_device,
+)
 from ..array import DeviceArray, _new, empty
 from ..grad.record import record
 from ..validation import check_contiguous, check_out, fail
@@ -242,11 +249,12 @@ def call_device(fwd, args, kwargs) -> int:
     """The device a call runs on: that of its GPU arrays (DeviceArrays, and other
     libraries' arrays by ``__dlpack_device__``; nested in tuples and ``fast_path_parts``),
     else the current one. Arrays on two devices: a ValueError naming the op and both
-    arguments, before anything runs."""
+    arguments, before anything runs (by ``fwd``'s parameter names, or where a fwd serves
+    several public functions, its ``public_names[op]``: {parameter: public name})."""
     found = []
     _devices((*args, *kwargs.values()), found)
     if not found:
-        return STATE.ordinal
+        return current_ordinal()
     first = found[0]
     if len(found) > 1 and any(d != first for d in found):
         _refuse_mixed_devices(fwd, args, kwargs)
@@ -277,17 +285,21 @@ def _refuse_mixed_devices(fwd, args, kwargs):
     op = fwd.__name__.lstrip("_").removesuffix("_fwd")
     if names and names[0] in ("op", "name") and isinstance(params[names[0]], str):
         op = params[names.pop(0)]
+    # an op whose fwd serves several public functions names their arguments
+    public = getattr(fwd, "public_names", {}).get(op, {})
     seen = []
     for name in names:
         value = params[name]
         parts = value if type(value) in (tuple, list) else (value,)
+        name = public.get(name, name)
         for i, part in enumerate(parts):
             found = []
             _devices((part,), found)
             label = f"{name}[{i}]" if parts is value else name
             for ordinal in found:
                 if seen and ordinal != seen[0][1]:
-                    where = ("where the inputs are" if label.startswith("out")
+                    output = label.startswith("out") or label.endswith("_out")
+                    where = ("where the inputs are" if output
                              else f"where '{seen[0][0]}' is")
                     fail(ValueError, op, label, f"device {seen[0][1]} ({where})",
                          f"device {ordinal}")
@@ -300,7 +312,7 @@ def _signature(fwd, args, kwargs, arrays):
     in order; None when an argument has no signature (not an array or a plain value).
     Keyword names go in as one tuple, their values after the positional ones. The
     current device is part of it: a call with no arrays runs there."""
-    key = [fwd, STATE.ordinal]
+    key = [fwd, STATE.ordinal if STATE.chosen else current_ordinal()]
     if kwargs:
         key.append(tuple(kwargs))
         args = (*args, *kwargs.values())

@@ -411,6 +411,9 @@ def rope_fwd(x, cos, sin, *, positions=None, interleaved=False, layout="bshd", o
                        check_positions)
 
 
+_rope_op.uncached.public_names = {"rope_bwd": {"x": "grad"}}
+
+
 def rope_bwd(grad, cos, sin, *, positions=None, interleaved=False, layout="bshd", out=None,
              check_positions=True):
     """The gradient of :func:`rope` with respect to x: ``grad`` rotated back (the same
