@@ -49,10 +49,21 @@ def seconds_per_step(step, devices, reps: int, batches: int = 5) -> float:
     return statistics.median(samples)
 
 
-def mlp(x, w_gate, w_up, w_down):
-    """One device's share of the block (all arrays on one device)."""
-    h = kaionb.fused_silu_gate(kaionb.matmul(x, w_gate), kaionb.matmul(x, w_up))
-    return kaionb.matmul(h, w_down)
+def mlp(x, w_gate, w_up, w_down, buffers=None):
+    """One device's share of the block (all arrays on one device); ``buffers``: (g, u, h,
+    y) outputs to write, as an inference engine keeps them, else new arrays."""
+    g, u, h, y = buffers or (None,) * 4
+    h = kaionb.fused_silu_gate(kaionb.matmul(x, w_gate, out=g), kaionb.matmul(x, w_up, out=u),
+                               out=h)
+    return kaionb.matmul(h, w_down, out=y)
+
+
+def buffers_for(x, w_gate, w_down):
+    """(g, u, h, y) output buffers for :func:`mlp` on x's device."""
+    t, f = x.shape[0], w_gate.shape[1]
+    with kaionb.device(x.device_id):
+        return tuple(kaionb.empty(shape, x.dtype) for shape in
+                     ((t, f), (t, f), (t, f), (t, w_down.shape[1])))
 
 
 def main() -> int:
@@ -62,6 +73,8 @@ def main() -> int:
     parser.add_argument("--inter", type=int, default=28672)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--allocate", action="store_true",
+                        help="every op allocates its output (default: out= buffers)")
     args = parser.parse_args()
     if kaionb.device_count() < 2:
         print(f"multi_gpu_mlp: needs 2 GPUs, this machine has {kaionb.device_count()}")
@@ -81,12 +94,17 @@ def main() -> int:
     shards.append(tuple(a.to(1) for a in (x0, w_gate[:, half:], w_up[:, half:],
                                           w_down[half:])))
 
+    buffers = [None, None, None]
+    if not args.allocate:
+        buffers = [buffers_for(x0, w_gate, w_down)] + [
+            buffers_for(p[0], p[1], p[3]) for p in shards]
+
     def one_gpu():
-        return mlp(x0, w_gate, w_up, w_down)
+        return mlp(x0, w_gate, w_up, w_down, buffers[0])
 
     def two_gpus():
-        partial0 = mlp(*shards[0])
-        partial1 = mlp(*shards[1])  # runs on device 1 while device 0 works
+        partial0 = mlp(*shards[0], buffers[1])
+        partial1 = mlp(*shards[1], buffers[2])  # runs on device 1 while device 0 works
         return kaionb.add(partial0, partial1.to(0), out=partial0)
 
     # Correctness: the two-GPU block against the one-GPU block (the same bf16 GEMMs, the
@@ -95,8 +113,7 @@ def main() -> int:
     got = two_gpus().astype(np.float32)
     rel = float(kaionb.sqrt(kaionb.sum((got - ref) ** 2) / kaionb.sum(ref ** 2)).item())
 
-    partial1 = mlp(*shards[1])
-    partial0 = mlp(*shards[0])
+    partial0, partial1 = mlp(*shards[0]), mlp(*shards[1])
 
     def reduce_only():
         kaionb.add(partial0, partial1.to(0), out=partial0)
@@ -107,6 +124,7 @@ def main() -> int:
     flops = 3 * 2 * t * d * f
     result = {
         "shape": {"tokens": t, "hidden": d, "inter": f, "dtype": "bfloat16"},
+        "outputs": "allocated" if args.allocate else "out= buffers",
         "device": kaionb.Device(0).name,
         "peer_access": bool(kaionb.Device(0).can_access_peer(1)),
         "one_gpu_ms": t1 * 1e3, "two_gpu_ms": t2 * 1e3, "speedup": t1 / t2,
@@ -114,7 +132,8 @@ def main() -> int:
         "one_gpu_tflops": flops / t1 / 1e12, "two_gpu_tflops": flops / t2 / 1e12,
         "rel_err_two_vs_one": rel,
     }
-    print(f"{t}x{d}x{f} bf16 on {result['device']} (peer access: {result['peer_access']})")
+    print(f"{t}x{d}x{f} bf16 on {result['device']} (peer access: {result['peer_access']}, "
+          f"{result['outputs']})")
     print(f"  1 GPU  {t1 * 1e3:8.2f} ms  {result['one_gpu_tflops']:6.1f} TFLOP/s")
     print(f"  2 GPUs {t2 * 1e3:8.2f} ms  {result['two_gpu_tflops']:6.1f} TFLOP/s  "
           f"speed-up {t1 / t2:.2f}x  (reduction {t_reduce * 1e3:.2f} ms = "

@@ -67,6 +67,7 @@ def worker(rank, world, ids):
         if rank == 0:
             one_gpu = mlp(x, *weights, dtype=np.float32).get()
             ok &= report(f"rank 0: {world} GPUs vs 1 GPU", out, one_gpu, TOL_VS_ONE_GPU)
+    stream.synchronize()
     comm.destroy()
     sys.exit(0 if ok else 1)
 
@@ -91,7 +92,8 @@ def main():
         process.terminate()  # left waiting in NCCL for a rank that failed
         process.join()
     if failed:
-        print("examples/tensor_parallel_mlp_cupy.py: a rank failed or hung (exit 1)")
+        codes = ", ".join(f"rank {r}: {p.exitcode}" for r, p in enumerate(ranks))
+        print(f"examples/tensor_parallel_mlp_cupy.py: a rank failed or hung ({codes}); exit 1")
     return 1 if failed else 0
 
 

@@ -332,7 +332,11 @@ class Stream:
             elif self.handle == 0:
                 self._core = LEGACY_DEFAULT_STREAM
             else:
-                self._core = CoreStream.from_handle(self.handle)
+                # Wrapped through __cuda_stream__, the cuda.core stream holds this one and
+                # so the owner (a CuPy or torch stream): an array freed after the owner's
+                # last reference died would otherwise free on a destroyed stream (seen:
+                # CUDA_ERROR_INVALID_CONTEXT, then a crash, at the end of a CuPy process).
+                self._core = current_device().create_stream(self)
         return self._core
 
     def synchronize(self) -> None:
