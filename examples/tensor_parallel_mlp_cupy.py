@@ -15,7 +15,7 @@ says so and exits 0.
 
 import multiprocessing
 import sys
-from multiprocessing.connection import wait
+import time
 
 import numpy as np
 
@@ -83,14 +83,14 @@ def main():
     ranks = [context.Process(target=worker, args=(rank, WORLD, ids)) for rank in range(WORLD)]
     for process in ranks:
         process.start()
-    running = {process.sentinel: process for process in ranks}
-    failed = False
-    while running and not failed:
-        done = wait(list(running), timeout=TIMEOUT_S)
-        failed = not done or any([running.pop(s).exitcode != 0 for s in done])
-    for process in running.values():
+    deadline = time.monotonic() + TIMEOUT_S
+    for process in ranks:
+        process.join(max(0.0, deadline - time.monotonic()))
+    hung = [process for process in ranks if process.is_alive()]
+    for process in hung:
         process.terminate()  # left waiting in NCCL for a rank that failed
         process.join()
+    failed = bool(hung) or any(process.exitcode != 0 for process in ranks)
     if failed:
         codes = ", ".join(f"rank {r}: {p.exitcode}" for r, p in enumerate(ranks))
         print(f"examples/tensor_parallel_mlp_cupy.py: a rank failed or hung ({codes}); exit 1")

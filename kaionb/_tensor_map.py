@@ -11,9 +11,10 @@ CACHE_SIZE: the same operand reuses its map and costs one dict lookup. A map onl
 addresses and sizes, so a reused key gives the same bytes even after the memory behind it
 was freed and reallocated.
 
-Under CUDA graph capture a graph holds the map's address for every replay: maps used
-while the current stream captures are kept for the life of the process, and a new one is
-uploaded on a side stream (a capturing stream cannot wait for a host copy).
+A new map is uploaded on a side stream of its device, which the host waits for (a
+128-byte copy, never the work queued on the caller's stream), and freed in the caller's
+stream order. Under CUDA graph capture a graph holds the map's address for every replay:
+maps used while the current stream captures are kept for the life of the process.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ import threading
 
 import numpy as np
 
-from ._device import STATE, Stream, check_driver, current_stream, is_capturing, stream
+from ._device import (
+    STATE,
+    Stream,
+    allocation_stream,
+    check_driver,
+    current_stream,
+    is_capturing,
+    stream,
+)
 
 # A box's inner dimension: one 128-byte line, the width of the 128-byte swizzle (the
 # layout wgmma reads): 64 16-bit elements, 128 int8 ones.
@@ -94,11 +103,14 @@ def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int, size: int,
     )
     check_driver(err, f"cuTensorMapEncodeTiled({rows}x{cols}, ld={ld}, box={box_rows}x"
                       f"{LINE_BYTES // size}, {size}-byte elements)")
-    # asarray copies and waits: the map is in place before any kernel launched after this
-    # returns.
     words = np.array(tensor_map.opaque, dtype=np.uint64).view(np.uint32)
-    if not capturing:
-        return asarray(words)
+    # Uploaded on a side stream of the map's device, which asarray then waits for: the
+    # map is in place before any launch after this returns, from any stream, and the host
+    # waits for a 128-byte copy, not for the work queued on the current stream (waiting for
+    # that stalled the host on every new output, and with several GPUs serialized them:
+    # 1.25x for two GPUs in benchmarks/multi_gpu_mlp.py --allocate). A capturing stream
+    # could not wait for a host copy at all.
+    caller = current_stream()
     sides = getattr(_SIDE, "streams", None)
     if sides is None:
         sides = _SIDE.streams = {}
@@ -106,4 +118,8 @@ def _encode(ptr: int, rows: int, cols: int, ld: int, box_rows: int, size: int,
     if side is None:
         side = sides[STATE.ordinal] = Stream()  # on the current device: the map's own
     with stream(side):
-        return asarray(words)
+        held = asarray(words)
+    if not capturing:  # (maps a graph reads are never freed)
+        # freed after the kernels queued on the caller's stream, which may read it
+        held._owner.set_deallocation_stream(allocation_stream(STATE.ordinal, caller))
+    return held
