@@ -2,11 +2,9 @@
 same process (issue 11's target: ratio ≤ 0.5), and the replay time per op of the same
 call captured with kaionb.graph(). benchmarks/call_overhead.py prints the full table."""
 
-import time
-
 import numpy as np
 
-from .common import require_gpu
+from .common import require_gpu, wall_seconds_per_call
 
 CALLS = 2000
 OPS = ["rms_norm", "rms_norm_out", "softmax", "gelu", "fused_silu_gate", "quantize_int8",
@@ -14,14 +12,7 @@ OPS = ["rms_norm", "rms_norm_out", "softmax", "gelu", "fused_silu_gate", "quanti
 
 
 def _per_call_us(fn, sync):
-    for _ in range(20):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / CALLS * 1e6
+    return wall_seconds_per_call(fn, sync, CALLS) * 1e6
 
 
 class CallOverhead:

@@ -1,6 +1,7 @@
 """Shared set-up for the asv suite: skip without a GPU, time with CUDA events."""
 
 import statistics
+import time
 
 import kaionb
 
@@ -51,3 +52,16 @@ def batched_ms(fn, *, reps=20, batches=7):
     driver.cuEventDestroy(start)
     driver.cuEventDestroy(stop)
     return statistics.median(samples)
+
+
+def wall_seconds_per_call(fn, sync, calls, *, warmup=20):
+    """Wall time per call of ``fn`` over ``calls`` back-to-back calls after ``warmup``
+    calls, ``sync()`` (wait for the GPUs) before the clock starts and before it stops."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls

@@ -3,31 +3,23 @@ two GPUs from one process against the same block on one GPU — the speed-up and
 of the step the partial-sum reduction (a peer copy and an add) takes. Skipped with fewer
 than two GPUs. benchmarks/multi_gpu_mlp.py prints the same numbers as a table."""
 
-import time
-
 import numpy as np
 
 import kaionb
 
-from .common import require_gpu
+from .common import require_gpu, wall_seconds_per_call
 
 SHAPES = ["8192x8192x28672", "2048x4096x14336"]  # tokens x hidden x intermediate
 
 
 def _wall_ms(fn, devices, reps=5):
-    """Wall time per call of ``fn`` over ``reps`` calls, both devices synchronized."""
+    """Wall time per call of ``fn`` over ``reps`` calls, the devices synchronized."""
     def sync():
         for d in devices:
             with kaionb.device(d):
                 kaionb.current_stream().synchronize()
 
-    fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / reps * 1e3
+    return wall_seconds_per_call(fn, sync, reps, warmup=1) * 1e3
 
 
 class TensorParallelMLP:
