@@ -61,17 +61,19 @@ def device_count() -> int:
         return 0
 
 
-def device_ordinal(device, where: str = "kaionb", name: str = "device") -> int:
-    """The ordinal of ``device``: an int, a cuda.core ``Device``, a ``torch.device``
-    (``cuda:n``), a CuPy ``Device``, a string ``"cuda:n"`` or a DeviceArray (its device);
-    None is the current device. A ValueError naming ``where`` for an ordinal no GPU has,
-    TypeError for anything else."""
-    if device is None:
+def device_ordinal(spec, where: str = "kaionb", name: str = "device") -> int:
+    """The ordinal of device ``spec``: an int, a cuda.core ``Device``, a ``torch.device``
+    (``cuda:n``), a CuPy ``Device``, a string ``"cuda:n"``, a ``kaionb.device`` or a
+    DeviceArray (its device); None is the current device. A ValueError naming ``where``
+    for an ordinal no GPU has, TypeError for anything else."""
+    if spec is None:
         return current_ordinal()
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        ordinal = int(device)
-    elif isinstance(device, str) or type(device).__name__ == "device":  # "cuda:1", torch
-        text = str(device)
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
+        ordinal = int(spec)
+    elif isinstance(spec, device):  # kaionb.device(n)
+        ordinal = spec.ordinal
+    elif isinstance(spec, str) or type(spec).__name__ == "device":  # "cuda:1", torch
+        text = str(spec)
         kind, _, index = text.partition(":")
         if kind != "cuda" or (index and not (index.isascii() and index.isdigit())):
             raise ValueError(f"{where}: argument '{name}' expected a CUDA device ('cuda', "
@@ -79,14 +81,14 @@ def device_ordinal(device, where: str = "kaionb", name: str = "device") -> int:
         ordinal = int(index) if index else current_ordinal()
     else:
         for attr in ("device_id", "id"):  # cuda.core / DeviceArray, CuPy
-            value = getattr(device, attr, None)
+            value = getattr(spec, attr, None)
             if isinstance(value, numbers.Integral) and not isinstance(value, bool):
                 ordinal = int(value)
                 break
         else:
             raise TypeError(f"{where}: argument '{name}' expected a device (an ordinal, "
                             f"kaionb.Device, torch.device or 'cuda:N'), got "
-                            f"{type(device).__name__}")
+                            f"{type(spec).__name__}")
     check_ordinal(ordinal, where, name)
     return ordinal
 
