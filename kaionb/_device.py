@@ -34,6 +34,7 @@ class _ThreadState(threading.local):
     graph_allocator = None
     stream = None  # the default stream, set below once Stream exists
     parked = None  # ordinal -> (device, allocator, graph_allocator, stream)
+    scopes = None  # the undo tokens of the kaionb.device blocks open on this thread
     recorder = None  # kernels.op's recording of an op's first call, while it runs
     calls = None  # kernels.op's replays of recorded calls, by call key
     capture = None  # the kaionb.graph() capture in progress on this thread
@@ -227,10 +228,14 @@ def enter_device(ordinal: int):
                            f"device {STATE.ordinal}; a graph captures one device's work")
     token = (STATE.ordinal, previous_ctx)
     _switch(ordinal)
-    if STATE.device is None:
-        current_device()  # first use of this device on this thread: cuda.core sets it up
-    if previous_ctx != target:
-        _set_context(target)
+    try:
+        if STATE.device is None:
+            current_device()  # first use of this device on this thread: cuda.core sets it up
+        if previous_ctx != target:
+            _set_context(target)
+    except BaseException:
+        leave_device(token)
+        raise
     return token
 
 
@@ -249,17 +254,23 @@ class device:
     run on their inputs' device wherever they are called.) ``n``: anything
     :func:`device_ordinal` takes."""
 
-    __slots__ = ("ordinal", "_token")
+    __slots__ = ("ordinal",)
 
     def __init__(self, n):
         self.ordinal = device_ordinal(n, "kaionb.device", "n")
 
     def __enter__(self) -> int:
-        self._token = enter_device(self.ordinal)
+        # The undo token on a per-thread stack: one object may be entered by several
+        # threads, or nested.
+        token = enter_device(self.ordinal)
+        scopes = STATE.scopes
+        if scopes is None:
+            scopes = STATE.scopes = []
+        scopes.append(token)
         return self.ordinal
 
     def __exit__(self, *exc) -> None:
-        leave_device(self._token)
+        leave_device(STATE.scopes.pop())
 
 
 def set_device(n) -> None:
@@ -398,6 +409,22 @@ def stream_of(ordinal: int) -> Stream:
     return _DEFAULT_STREAM if parked is None else parked[3]
 
 
+def pointer_device(obj) -> int | None:
+    """The device of the memory an object with ``__cuda_array_interface__`` points to, or
+    None when it does not say (a null pointer, host memory, a malformed interface)."""
+    from cuda.bindings import driver
+
+    try:
+        ptr = int(obj.__cuda_array_interface__["data"][0])
+    except Exception:  # the op's own validation names what is wrong with it
+        return None
+    if not ptr:
+        return None
+    err, ordinal = driver.cuPointerGetAttribute(
+        driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    return int(ordinal) if int(err) == 0 else None
+
+
 _LEGACY_COMPANIONS: dict = {}
 
 
@@ -414,12 +441,13 @@ def allocation_stream(ordinal: int, stream: Stream):
     if companion is None:
         from cuda.core import StreamOptions
 
-        companion = _LEGACY_COMPANIONS[ordinal] = current_device().create_stream(
-            options=StreamOptions(nonblocking=False))
+        companion = _LEGACY_COMPANIONS.setdefault(ordinal, current_device().create_stream(
+            options=StreamOptions(nonblocking=False)))  # (a racing thread's is dropped)
     return companion
 
 
-_PEERS_ENABLED: set = set()
+_PEERS_ENABLED: set = set()  # (src, dst) pairs settled: peer access on, or not possible
+_PEERS_LOCK = threading.Lock()
 
 
 def _enable_peer_access(src: int, dst: int) -> None:
@@ -429,19 +457,22 @@ def _enable_peer_access(src: int, dst: int) -> None:
     them)."""
     if (src, dst) in _PEERS_ENABLED:
         return
-    _PEERS_ENABLED.add((src, dst))
-    if not _core_device(dst).can_access_peer(src):
-        return
-    from cuda.bindings import driver
+    with _PEERS_LOCK:
+        if (src, dst) in _PEERS_ENABLED or not _core_device(dst).can_access_peer(src):
+            _PEERS_ENABLED.add((src, dst))
+            return
+        from cuda.bindings import driver
 
-    _core_device(src).memory_resource.peer_accessible_by.add(dst)
-    token = enter_device(dst)
-    try:
-        (err,) = driver.cuCtxEnablePeerAccess(_primary_context(src), 0)
-        if err != driver.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
-            check_driver(err, f"cuCtxEnablePeerAccess({dst} -> {src})")
-    finally:
-        leave_device(token)
+        token = enter_device(dst)
+        try:
+            (err,) = driver.cuCtxEnablePeerAccess(_primary_context(src), 0)
+            if err in (driver.CUresult.CUDA_SUCCESS,
+                       driver.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+                _core_device(src).memory_resource.peer_accessible_by.add(dst)
+            # else (too many peers, ...): the copies go through the host
+        finally:
+            leave_device(token)
+        _PEERS_ENABLED.add((src, dst))
 
 
 def peer_copy(dst_ptr: int, dst: int, dst_stream: int, src_ptr: int, src: int,

@@ -42,7 +42,7 @@ CACHE_SIZE = 512
 _CACHE: dict[tuple, object] = {}
 _CAPTURED: dict[tuple, object] = {}  # maps a captured graph may read: never dropped
 _LOCK = threading.Lock()
-_SIDE = threading.local()  # per device, the upload stream used while the current stream captures
+_SIDE = threading.local()  # per device, the stream new maps are uploaded on
 
 
 def tma_compatible(storage, ld: int) -> bool:

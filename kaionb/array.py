@@ -542,11 +542,14 @@ class DeviceArray:
         with on_device(self.device_id):
             src = self if self.is_c_contiguous else self.copy()
         with on_device(ordinal):
-            out = empty(self.shape, self.dtype)
-            if out.size:
-                target = current_stream() if stream is None else Stream.wrap(stream)
-                peer_copy(out.ptr, ordinal, target.handle, src.ptr, src.device_id,
-                          out.nbytes)
+            target = current_stream() if stream is None else Stream.wrap(stream)
+            # allocated (and later freed) in the copy's stream order; a stream of another
+            # device is refused
+            with _device.stream(target):
+                out = empty(self.shape, self.dtype)
+                if out.size:
+                    peer_copy(out.ptr, ordinal, target.handle, src.ptr, src.device_id,
+                              out.nbytes)
         return out
 
     def to_device(self, device, /, *, stream=None) -> "DeviceArray":

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ._device import STATE, Stream, current_device, current_stream
+from ._device import STATE, Stream, current_device, current_stream, device
 from ._device import stream as run_on
 
 __all__ = ["Graph", "graph"]
@@ -37,6 +37,7 @@ class Graph:
     def __init__(self):
         self._graph = None  # the cuda.core Graph, once the capture ends
         self._kept: dict[int, object] = {}  # id → owner of memory the launches read
+        self.device = STATE.ordinal  # the device whose work it captured
 
     def keep(self, arrays) -> None:
         """Called for each captured launch: hold the memory of its array arguments. The
@@ -52,20 +53,22 @@ class Graph:
             self._kept[id(owner)] = owner
 
     def replay(self, stream=None) -> None:
-        """Run the captured launches on ``stream`` (default: the current stream), after
-        the work queued there so far."""
+        """Run the captured launches on ``stream`` (default: this thread's current stream
+        of the graph's device), after the work queued there so far."""
         if self._graph is None:
             raise RuntimeError("kaionb.Graph.replay: the graph is not complete (still "
                                "capturing, or the capture failed) or was closed")
-        target = current_stream() if stream is None else Stream.wrap(stream)
-        self._graph.launch(target.as_core())
+        with device(self.device):  # its launches are that device's
+            target = current_stream() if stream is None else Stream.wrap(stream)
+            self._graph.launch(target.as_core())
 
     def upload(self, stream=None) -> None:
         """Prepare the graph's launch resources ahead of the first replay (optional)."""
         if self._graph is None:
             raise RuntimeError("kaionb.Graph.upload: the graph is not complete or was closed")
-        target = current_stream() if stream is None else Stream.wrap(stream)
-        self._graph.upload(target.as_core())
+        with device(self.device):
+            target = current_stream() if stream is None else Stream.wrap(stream)
+            self._graph.upload(target.as_core())
 
     def close(self) -> None:
         """Release the graph and the memory it holds (after work queued on it finishes:

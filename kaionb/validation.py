@@ -16,6 +16,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from ._device import STATE
 from .array import DeviceArray, asarray, normalize_dtype
 
 
@@ -35,6 +36,11 @@ def as_array(op: str, name: str, x, *, dtypes: Iterable | None = None) -> Device
             arr = asarray(x)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{op}: argument '{name}': {exc}") from None
+        if arr.device_id != STATE.ordinal:
+            # GPU memory whose device the op's device choice could not see (an object with
+            # only __cuda_array_interface__ on a machine where that was not asked)
+            fail(ValueError, op, name, f"device {STATE.ordinal} (where the op runs)",
+                 f"device {arr.device_id}")
     if dtypes is not None:
         check_dtype(op, name, arr, dtypes)
     return arr

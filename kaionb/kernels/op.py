@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import _device
 from .._device import (
     STATE,
     check_driver,
@@ -54,6 +55,7 @@ from .._device import (
     current_stream,
     enter_device,
     leave_device,
+    pointer_device,
 )
 from ..array import DeviceArray, _new, empty
 from ..grad.record import record
@@ -277,6 +279,10 @@ def _devices(values, found) -> None:
                 continue
             if int(dl_kind) in (2, 13):  # kDLCUDA, kDLCUDAManaged
                 found.append(int(ordinal))
+        elif hasattr(value, "__cuda_array_interface__") and _device._MULTI_GPU:
+            ordinal = pointer_device(value)  # (numba arrays: no __dlpack_device__)
+            if ordinal is not None:
+                found.append(ordinal)
 
 
 def _refuse_mixed_devices(fwd, args, kwargs):
