@@ -240,7 +240,7 @@ class HasId:  # CuPy Device
     (0, 0), (1, 1), (np.int64(2), 2), ("cuda:0", 0), ("cuda:1", 1), ("cuda:01", 1),
     ("cuda", 0),  # "cuda" (no index) is the current device: 0 on this thread
     (device("cuda:2"), 2), (device("cuda"), 0), (HasDeviceId(3), 3), (HasId(4), 4),
-    (fake((2,), device_id=5), 5), (None, 0),
+    (fake((2,), device_id=5), 5), (None, 0), (kaionb.device(0), 0),
 ], ids=repr)
 def test_device_ordinal(spec, ordinal):
     # Positive ordinals pass here without a GPU: device_count() is then 0, and
@@ -248,6 +248,17 @@ def test_device_ordinal(spec, ordinal):
     if HAS_GPU and ordinal >= COUNT:
         pytest.skip(f"ordinal {ordinal} is past this machine's {COUNT} GPU(s)")
     assert device_ordinal(spec) == ordinal
+
+
+def test_one_device_block_entered_twice_and_nested_restores_each():
+    from kaionb._device import STATE
+
+    block = kaionb.device(0)
+    with block:
+        with block:  # the undo tokens live on a per-thread stack, not on the object
+            assert len(STATE.scopes) == 2
+        assert len(STATE.scopes) == 1
+    assert STATE.scopes == [] and current_ordinal() == 0
 
 
 NOT_CUDA = "kaionb: argument 'device' expected a CUDA device ('cuda', 'cuda:N' or an ordinal), got "
