@@ -278,6 +278,9 @@ def set_device(n) -> None:
     ordinal = device_ordinal(n, "kaionb.set_device", "n")
     if not gpu_available():
         raise RuntimeError("kaionb.set_device: no CUDA GPU is available on this machine")
+    if STATE.capture is not None and ordinal != STATE.ordinal:
+        raise RuntimeError("kaionb.set_device: a kaionb.graph() capture is in progress on "
+                           f"device {STATE.ordinal}; a graph captures one device's work")
     _switch(ordinal)
     current_device()
     if _MULTI_GPU:
@@ -523,11 +526,16 @@ def stream(s):
     previous = current_stream()
     wrapped = Stream.wrap(s)
     _check_stream_context(wrapped.handle)
+    entered = STATE.ordinal
     STATE.stream = wrapped
     try:
         yield STATE.stream
     finally:
-        STATE.stream = previous
+        if STATE.ordinal == entered:
+            STATE.stream = previous
+        else:  # set_device moved the thread inside the block: restore the device entered
+            device_state = STATE.parked[entered]
+            STATE.parked[entered] = (*device_state[:3], previous)
 
 
 def _check_stream_context(handle: int) -> None:

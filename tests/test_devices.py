@@ -842,6 +842,33 @@ def test_device_one_context():
 
 
 @two_gpus
+def test_set_device_inside_a_stream_block_keeps_each_devices_stream():
+    def body():
+        outer, inner = kaionb.Stream(), kaionb.Stream()  # device 0's
+        with kaionb.stream(outer):
+            with kaionb.stream(inner):
+                kaionb.set_device(1)
+            on_1 = kaionb.current_stream().handle  # device 1's: still its default
+            kaionb.set_device(0)
+            on_0 = kaionb.current_stream().handle  # device 0's: back to outer
+        return on_1, on_0, outer.handle
+
+    on_1, on_0, outer = _in_a_thread(body)
+    assert on_1 == 0 and on_0 == outer
+
+
+@two_gpus
+def test_set_device_to_another_device_is_refused_during_a_capture():
+    def body():
+        with pytest.raises(RuntimeError, match="^kaionb.set_device: a kaionb.graph"):
+            with kaionb.graph():
+                kaionb.set_device(1)
+        return current_ordinal()
+
+    assert _in_a_thread(body) == 0
+
+
+@two_gpus
 def test_set_device_is_per_thread():
     def on_1():
         kaionb.set_device(1)
