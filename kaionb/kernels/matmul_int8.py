@@ -93,13 +93,14 @@ def _scale(op: str, name: str, value, vector_shape: tuple | None):
     or NumPy number, a 0-d / 1-element float32 array (per tensor), or, where
     ``vector_shape`` is given, a float32 array of that shape (one per row / column)."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value), None, SCALE_NONE
+        return _finite(op, name, float(value)), None, SCALE_NONE
     expected = "a float or a float32 array of shape () (per tensor)" + (
         f" or {vector_shape}" if vector_shape else "")
     if isinstance(value, np.ndarray) and value.size == 1 and value.ndim <= 1:
         if value.dtype != _F32:
             fail(TypeError, op, name, "float32", value.dtype)
-        return float(value.reshape(())), None, SCALE_NONE  # a host value: no device copy
+        # a host value: no device copy
+        return _finite(op, name, float(value.reshape(()))), None, SCALE_NONE
     try:
         x = as_array(op, name, value)
     except TypeError:
@@ -112,6 +113,14 @@ def _scale(op: str, name: str, value, vector_shape: tuple | None):
         fail(ValueError, op, name, expected, f"shape {x.shape}")
     check_contiguous(op, name, x)
     return 1.0, x.reshape(-1), SCALE_VECTOR
+
+
+def _finite(op: str, name: str, value: float) -> float:
+    """A host scale, refused when NaN or infinite (every output would be). Device scales
+    are not read back: that would cost a synchronization per call."""
+    if not math.isfinite(value):
+        fail(ValueError, op, name, "a finite scale", value)
+    return value
 
 
 def _bias(op: str, name: str, bias, n: int, a: DeviceArray) -> DeviceArray:
