@@ -1,9 +1,10 @@
 """The CUDA devices kaionb works on, the current device and stream of each thread.
 
 kaionb uses each device's *primary* context, the same one numba, CuPy and PyTorch use, so
-pointers and streams pass between them freely. Each thread has a current device (device
-0 until ``kaionb.set_device(n)`` or ``with kaionb.device(n):`` says otherwise), and each
-device a current stream on that thread: the legacy default stream unless a
+pointers and streams pass between them freely. Each thread has a current device (the one
+whose context is current on the thread when kaionb first needs one, device 0 on a fresh
+thread, until ``kaionb.set_device(n)`` or ``with kaionb.device(n):`` says otherwise), and
+each device a current stream on that thread: the legacy default stream unless a
 ``with kaionb.stream(s):`` block says otherwise.
 
 Ops run where their inputs live: :func:`enter_device` makes the inputs' device current

@@ -539,8 +539,7 @@ class DeviceArray:
         ordinal = device_ordinal(device, "DeviceArray.to")
         if ordinal == self.device_id:
             return self
-        with on_device(self.device_id):
-            src = self if self.is_c_contiguous else self.copy()
+        src = self if self.is_c_contiguous else self.copy()  # (on the source device)
         with on_device(ordinal):
             target = current_stream() if stream is None else Stream.wrap(stream)
             # allocated (and later freed) in the copy's stream order; a stream of another
@@ -689,15 +688,20 @@ def empty(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     """Uninitialised device memory from the stream-ordered allocator of ``device`` (default:
     the current device), on its current stream (while the stream captures a CUDA graph:
     the graph's own memory, see :func:`_allocate`)."""
-    if device is not None or _device._MULTI_GPU:  # (one GPU: nothing to choose)
-        token = enter_device(current_ordinal() if device is None else
-                             device_ordinal(device, "empty"))
-        if token is not None:
-            try:
-                return _empty(shape, dtype)
-            finally:
-                leave_device(token)
-    return _empty(shape, dtype)
+    return _on_device_of(device, "empty", _empty, shape, dtype)
+
+
+def _on_device_of(device, where: str, make, *args):
+    """``make(*args)`` with ``device`` (None: the current one) and its context current;
+    with one GPU and no device named, directly (nothing to choose: the hot path)."""
+    if device is None and not _device._MULTI_GPU:
+        return make(*args)
+    token = enter_device(current_ordinal() if device is None else
+                         device_ordinal(device, where))
+    try:
+        return make(*args)
+    finally:
+        leave_device(token)
 
 
 def _empty(shape, dtype) -> DeviceArray:
@@ -744,10 +748,7 @@ def zeros(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     """A new C-contiguous device array of ``shape`` filled with zeros (one stream-ordered
     memset) on ``device`` (default: the current one). ``dtype`` defaults to float64, as
     NumPy's."""
-    if device is not None or _device._MULTI_GPU:
-        with on_device(current_ordinal() if device is None else device_ordinal(device, "zeros")):
-            return _zeros(shape, dtype)
-    return _zeros(shape, dtype)
+    return _on_device_of(device, "zeros", _zeros, shape, dtype)
 
 
 def _zeros(shape, dtype) -> DeviceArray:
@@ -817,9 +818,7 @@ def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
         if copy is False:
             raise ValueError("asarray: a host (NumPy) array needs a copy to reach the GPU, "
                              "but copy=False was given")
-        with on_device(current_ordinal() if ordinal is None else ordinal):
-            out = _from_host(obj, dtype)
-        return out
+        return _on_device_of(ordinal, "asarray", _from_host, obj, dtype)
     else:
         out = _from_foreign(obj, copy=copy)
     if ordinal is not None and out.device_id != ordinal:

@@ -366,8 +366,6 @@ def _record(fwd, args, kwargs, arrays, replays, key):
     finally:
         STATE.recorder = None
     replay = recording.replay(result)
-    if replay is not None:
-        replay.device = STATE.ordinal
     if replay is not None or recording.reason is not None:
         if len(replays) >= MAX_REPLAYS_PER_THREAD:
             del replays[next(iter(replays))]  # the oldest
@@ -458,7 +456,7 @@ class _Recording:
             indices = self._result(result)
         if self.reason is not None:
             return None
-        return _Replay(tuple(self.steps), indices)
+        return _Replay(tuple(self.steps), indices, STATE.ordinal)
 
     def _result(self, array):
         """How a replay finds a result: its base's index, or for a view into one (several
@@ -497,10 +495,10 @@ def _overlapping(arrays) -> bool:
 class _Replay:
     __slots__ = ("steps", "result", "device")
 
-    def __init__(self, steps, result):
+    def __init__(self, steps, result, device):
         self.steps = steps
         self.result = result
-        self.device = 0  # the device the recorded call ran on (set by _record)
+        self.device = device  # the device the recorded call ran on
 
     def __call__(self, bases):
         for step in self.steps:
