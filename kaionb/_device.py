@@ -334,10 +334,12 @@ class Stream:
         self._core = None
 
     @classmethod
-    def wrap(cls, obj) -> "Stream":
+    def wrap(cls, obj, where: str = "kaionb.stream", name: str = "s") -> "Stream":
+        """``obj`` (any stream-like object) as a Stream; refusals name ``where`` and its
+        argument ``name``."""
         if isinstance(obj, Stream):
             return obj
-        return cls(_handle=stream_handle(obj), _owner=obj)
+        return cls(_handle=stream_handle(obj, where, name), _owner=obj)
 
     def as_core(self):
         """This stream as a cuda.core Stream (for the allocator)."""
@@ -372,15 +374,17 @@ class Stream:
         return f"kaionb.Stream(handle=0x{self.handle:x})"
 
 
-def stream_handle(obj) -> int:
-    """The raw CUstream handle of any stream-like object (None means the default stream)."""
+def stream_handle(obj, where: str = "kaionb.stream", name: str = "s") -> int:
+    """The raw CUstream handle of any stream-like object (None means the default stream);
+    refusals name ``where`` and its argument ``name``."""
     if obj is None:
         return 0
     if isinstance(obj, Stream):
         return obj.handle
     if isinstance(obj, int):
         if obj < 0:
-            raise ValueError(f"kaionb.stream: a raw stream handle must be >= 0, got {obj}")
+            raise ValueError(f"{where}: argument '{name}' expected a raw stream handle >= 0, "
+                             f"got {obj}")
         return obj
     if hasattr(obj, "__cuda_stream__"):
         return int(obj.__cuda_stream__()[1])
@@ -392,8 +396,8 @@ def stream_handle(obj) -> int:
         value = getattr(handle, "value", handle)
         return int(value or 0)
     raise TypeError(
-        "kaionb.stream: expected a kaionb/CuPy/PyTorch/numba/cuda.core stream, an object with "
-        f"__cuda_stream__, or an int handle; got {type(obj).__name__}"
+        f"{where}: argument '{name}' expected a kaionb/CuPy/PyTorch/numba/cuda.core stream, an "
+        f"object with __cuda_stream__, or an int handle, got {type(obj).__name__}"
     )
 
 

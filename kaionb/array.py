@@ -406,12 +406,17 @@ class DeviceArray:
                            self.ptr + offset_bytes, self._owner, self.device_id)
 
     def transpose(self, *axes) -> "DeviceArray":
+        return self._permuted(axes, "transpose")
+
+    def _permuted(self, axes: tuple, where: str) -> "DeviceArray":
+        """The view with axes in the order ``axes`` (ints, or one sequence of them; none:
+        reversed); refusals name ``where`` (transpose or permute_dims)."""
         if len(axes) == 1 and not isinstance(axes[0], (numbers.Integral, np.integer)):
             axes = tuple(axes[0])
         if not axes:
             axes = tuple(reversed(range(self.ndim)))
         if sorted(operator.index(a) % max(self.ndim, 1) for a in axes) != list(range(self.ndim)):
-            raise ValueError(f"transpose: axes {axes} are not a permutation of "
+            raise ValueError(f"{where}: axes {axes} are not a permutation of "
                              f"{tuple(range(self.ndim))}")
         axes = [operator.index(a) % self.ndim for a in axes]
         return self._view([self.shape[a] for a in axes], [self.strides[a] for a in axes])
@@ -704,10 +709,11 @@ def _on_device_of(device, where: str, make, *args):
         leave_device(token)
 
 
-def _empty(shape, dtype) -> DeviceArray:
-    """:func:`empty` on the current device, its context current."""
-    shape = normalize_shape(shape, "empty")
-    dt = normalize_dtype(dtype, "empty")
+def _empty(shape, dtype, where: str = "empty") -> DeviceArray:
+    """:func:`empty` on the current device, its context current; refusals name ``where``
+    (the creation function called)."""
+    shape = normalize_shape(shape, where)
+    dt = normalize_dtype(dtype, where)
     nbytes = math.prod(shape) * dt.itemsize
     strides = _contiguous_strides(shape, dt.itemsize)
     if nbytes == 0:
@@ -751,9 +757,9 @@ def zeros(shape, dtype=np.float64, *, device=None) -> DeviceArray:
     return _on_device_of(device, "zeros", _zeros, shape, dtype)
 
 
-def _zeros(shape, dtype) -> DeviceArray:
-    """:func:`zeros` on the current device, its context current."""
-    out = _empty(shape, dtype)
+def _zeros(shape, dtype, where: str = "zeros") -> DeviceArray:
+    """:func:`zeros` on the current device, its context current; refusals name ``where``."""
+    out = _empty(shape, dtype, where)
     if out.size:
         from cuda.bindings import driver
 
@@ -777,23 +783,28 @@ def full(shape, fill_value, dtype=None, *, device=None) -> DeviceArray:
     """A new C-contiguous device array of ``shape`` with every element ``fill_value``, on
     ``device`` (default: the current one); ``dtype`` defaults to NumPy's for the value
     (``np.asarray(fill_value).dtype``)."""
+    return _full("full", shape, fill_value, dtype, device)
+
+
+def _full(where: str, shape, fill_value, dtype, device) -> DeviceArray:
+    """:func:`full` for the creation function ``where`` (ones, full_like, ...), which its
+    refusals name."""
     dtype = np.asarray(fill_value).dtype if dtype is None else dtype
-    ordinal = None if device is None else device_ordinal(device, "full")
-    return empty(shape, dtype, device=ordinal).fill(fill_value)
+    return _on_device_of(device, where, _empty, shape, dtype, where).fill(fill_value)
 
 
 def empty_like(a, dtype=None, *, device=None) -> DeviceArray:
     """:func:`empty` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
     (unless ``device`` is given)."""
-    return empty(a.shape, a.dtype if dtype is None else dtype,
-                 device=a.device_id if device is None else device_ordinal(device, "empty_like"))
+    return _on_device_of(a.device_id if device is None else device, "empty_like", _empty,
+                         a.shape, a.dtype if dtype is None else dtype, "empty_like")
 
 
 def zeros_like(a, dtype=None, *, device=None) -> DeviceArray:
     """:func:`zeros` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
     (unless ``device`` is given)."""
-    return zeros(a.shape, a.dtype if dtype is None else dtype,
-                 device=a.device_id if device is None else device_ordinal(device, "zeros_like"))
+    return _on_device_of(a.device_id if device is None else device, "zeros_like", _zeros,
+                         a.shape, a.dtype if dtype is None else dtype, "zeros_like")
 
 
 def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
@@ -841,7 +852,7 @@ def from_dlpack(obj) -> DeviceArray:
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"from_dlpack: expected an object with __dlpack__, got "
                         f"{type(obj).__name__}")
-    return _from_foreign(obj, copy=False)
+    return _from_foreign(obj, copy=False, where="from_dlpack")
 
 
 def _from_host(obj, dtype) -> DeviceArray:
@@ -870,33 +881,36 @@ def _from_host(obj, dtype) -> DeviceArray:
     return out
 
 
-def _from_foreign(obj, *, copy) -> DeviceArray:
+def _from_foreign(obj, *, copy, where: str = "asarray") -> DeviceArray:
+    """Another library's array, zero-copy (host memory: a copy, where ``copy``); refusals
+    name ``where`` (asarray or from_dlpack)."""
     from cuda.core.utils import StridedMemoryView
 
     if hasattr(obj, "__dlpack_device__"):
         kind, ordinal = obj.__dlpack_device__()
         if kind in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
             if not copy:
-                raise ValueError(
-                    f"asarray: {type(obj).__name__} lives in host memory "
-                    f"({_DLPACK_DEVICE_NAMES[int(kind)]}); pass copy=True to copy it to the GPU")
+                # (advice that holds for asarray, from_dlpack and an op's argument alike)
+                raise ValueError(f"{where}: {type(obj).__name__} lives in host memory "
+                                 f"({_DLPACK_DEVICE_NAMES[int(kind)]}); kaionb.asarray(x, "
+                                 f"copy=True) copies it to the GPU")
             return _from_host(np.from_dlpack(obj), None)
         if kind not in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
-            raise ValueError(f"asarray: {type(obj).__name__} is on a "
+            raise ValueError(f"{where}: {type(obj).__name__} is on a "
                              f"{_DLPACK_DEVICE_NAMES.get(int(kind), f'type-{int(kind)}')} device; "
                              f"kaionb needs CUDA device memory")
         if kind in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED) and int(ordinal) != STATE.ordinal:
             # the producer's stream hand-off targets a stream of the memory's own device
-            with on_device(device_ordinal(int(ordinal), "asarray")):
-                return _from_foreign(obj, copy=copy)
+            with on_device(device_ordinal(int(ordinal), where)):
+                return _from_foreign(obj, copy=copy, where=where)
     current_device()
     try:
         view = StridedMemoryView.from_any_interface(obj, stream_ptr=current_stream().handle)
     except (BufferError, NotImplementedError) as exc:
-        raise TypeError(f"asarray: cannot import {type(obj).__name__}: {exc}") from None
+        raise TypeError(f"{where}: cannot import {type(obj).__name__}: {exc}") from None
     if not view.is_device_accessible or view.device_id < 0:
-        raise ValueError(f"asarray: {type(obj).__name__} is not in CUDA device memory")
-    dt = normalize_dtype(view.dtype, "asarray")
+        raise ValueError(f"{where}: {type(obj).__name__} is not in CUDA device memory")
+    dt = normalize_dtype(view.dtype, where)
     shape = tuple(int(d) for d in view.shape)
     if view.strides is None:
         strides = _contiguous_strides(shape, dt.itemsize)
@@ -979,7 +993,7 @@ def moveaxis(x: DeviceArray, source, destination, /) -> DeviceArray:
 
 def permute_dims(x: DeviceArray, /, axes) -> DeviceArray:
     """The array API's name for ``x.transpose(axes)``."""
-    return x.transpose(axes)
+    return x._permuted((axes,), "permute_dims")
 
 
 def reshape(x: DeviceArray, /, shape, *, copy=None) -> DeviceArray:

@@ -59,7 +59,8 @@ class Graph:
             raise RuntimeError("kaionb.Graph.replay: the graph is not complete (still "
                                "capturing, or the capture failed) or was closed")
         with device(self.device):  # its launches are that device's
-            target = current_stream() if stream is None else Stream.wrap(stream)
+            target = (current_stream() if stream is None
+                      else Stream.wrap(stream, "kaionb.Graph.replay", "stream"))
             self._graph.launch(target.as_core())
 
     def upload(self, stream=None) -> None:
@@ -67,7 +68,8 @@ class Graph:
         if self._graph is None:
             raise RuntimeError("kaionb.Graph.upload: the graph is not complete or was closed")
         with device(self.device):
-            target = current_stream() if stream is None else Stream.wrap(stream)
+            target = (current_stream() if stream is None
+                      else Stream.wrap(stream, "kaionb.Graph.upload", "stream"))
             self._graph.upload(target.as_core())
 
     def close(self) -> None:
@@ -97,7 +99,7 @@ def graph(stream=None):
                            "(captures do not nest)")
     from cuda.core.graph import GraphCompleteOptions
 
-    capture_stream = Stream() if stream is None else Stream.wrap(stream)
+    capture_stream = Stream() if stream is None else Stream.wrap(stream, "kaionb.graph", "stream")
     if capture_stream.handle in (0, 1, 2):
         raise ValueError("kaionb.graph: argument 'stream' expected a created stream, got the "
                          "default stream (it cannot capture)")

@@ -11,6 +11,7 @@ so a user sees which op, which argument, what was expected and what came.
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Iterable
 from typing import NoReturn
 
@@ -35,7 +36,12 @@ def as_array(op: str, name: str, x, *, dtypes: Iterable | None = None) -> Device
         try:
             arr = asarray(x)
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{op}: argument '{name}': {exc}") from None
+            # asarray's reason in the op's format: a TypeError is no array at all, a
+            # ValueError memory no kernel reaches (another library's host memory)
+            got = f"{type(x).__name__} ({str(exc).removeprefix('asarray: ')})"
+            if isinstance(exc, TypeError):
+                fail(TypeError, op, name, "an array", got)
+            fail(ValueError, op, name, "CUDA device memory", got)
         if arr.device_id != STATE.ordinal:
             # GPU memory whose device the op's device choice could not see (an object with
             # only __cuda_array_interface__ on a machine where that was not asked)
@@ -105,24 +111,58 @@ def check_alignment(op: str, name: str, x: DeviceArray, nbytes: int) -> None:
               f"pointer 0x{x.ptr:x}, strides {x.strides}")
 
 
+def as_dtype(op: str, name: str, dtype, allowed, expected: str) -> np.dtype:
+    """A dtype argument as one of ``allowed`` (NumPy dtypes); TypeError naming ``name``,
+    ``expected`` saying which, for anything else (a dtype kaionb does not store, or not a
+    dtype at all)."""
+    try:
+        dt = normalize_dtype(dtype, op)
+    except TypeError:
+        fail(TypeError, op, name, expected, repr(dtype))
+    if dt not in allowed:
+        fail(TypeError, op, name, expected, dt)
+    return dt
+
+
+def check_real(op: str, name: str, value) -> None:
+    """A real number (a bool is not one): TypeError otherwise, before its value is judged."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        fail(TypeError, op, name, "a real number", type(value).__name__)
+
+
+def check_int(op: str, name: str, value, expected: str = "an int") -> None:
+    """An integer (a bool is not one): TypeError otherwise, before its value is judged."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        fail(TypeError, op, name, expected, type(value).__name__)
+
+
 def check_positive(op: str, name: str, value: float) -> None:
+    check_real(op, name, value)
     if not np.isfinite(value) or value <= 0:
         fail(ValueError, op, name, "a finite value > 0", value)
+
+
+def as_out(op: str, out, name: str = "out") -> DeviceArray:
+    """``out=`` as a DeviceArray: device memory, written in place (checked before anything
+    reads its shape or dtype)."""
+    if type(out) is DeviceArray:
+        return out
+    # Host memory would be copied to the device: the results would land in a temporary
+    # copy that the caller never sees.
+    expected = "device memory (a DeviceArray, CuPy or PyTorch CUDA array)"
+    if isinstance(out, np.ndarray):
+        fail(TypeError, op, name, expected, "a NumPy array (results would land in a "
+             "temporary copy)")
+    if not (hasattr(out, "__cuda_array_interface__") or hasattr(out, "__dlpack__")):
+        fail(TypeError, op, name, expected, type(out).__name__)
+    return as_array(op, name, out)
 
 
 def check_out(op: str, out, shape: tuple, dtype, name: str = "out") -> DeviceArray:
     """``out=``: device memory of exactly this shape and dtype, written in place (the
     rest of the contract — device, layout — is :func:`kaionb.kernels.op.output`'s)."""
     if type(out) is not DeviceArray:
-        # Host memory would be copied to the device: the results would land in a
-        # temporary copy that the caller never sees.
-        expected = "device memory (a DeviceArray, CuPy or PyTorch CUDA array)"
-        if isinstance(out, np.ndarray):
-            fail(TypeError, op, name, expected, "a NumPy array (results would land in a "
-                 "temporary copy)")
-        if not (hasattr(out, "__cuda_array_interface__") or hasattr(out, "__dlpack__")):
-            fail(TypeError, op, name, expected, type(out).__name__)
-        out = as_array(op, name, out)
+        out = as_out(op, out, name)
     dt = normalize_dtype(dtype, op)
     if out.dtype != dt:
         fail(TypeError, op, name, f"dtype {dt}", out.dtype)

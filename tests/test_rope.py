@@ -174,9 +174,11 @@ def test_in_place_refused_while_the_tape_needs_x():
 
 # ----------------------------------------------------------------------------- CPU: cache
 
-@pytest.mark.parametrize("dim", [0, 7, -2, 4.0, True])
-def test_cache_dim_must_be_even(dim):
-    with pytest.raises(ValueError, match="rope_cache: argument 'dim' expected an even integer"):
+@pytest.mark.parametrize("dim, exc", [(0, ValueError), (7, ValueError), (-2, ValueError),
+                                      (4.0, TypeError), (True, TypeError)])
+def test_cache_dim_must_be_even(dim, exc):
+    # a value that is no int is the wrong kind of thing: TypeError
+    with pytest.raises(exc, match="rope_cache: argument 'dim' expected an even integer"):
         rope_cache(16, dim)
 
 

@@ -39,9 +39,13 @@ class Tape:
             fail(ValueError, "Tape.backward", "output", "an array an op recorded on this "
                  f"tape produced ({len(self.entries)} entries)",
                  f"an array of shape {getattr(output, 'shape', None)} that none produced")
-        if grad_output is not None and tuple(grad_output.shape) != tuple(output.shape):
-            fail(ValueError, "Tape.backward", "grad_output", f"shape {tuple(output.shape)}",
-                 tuple(grad_output.shape))
+        if grad_output is not None:
+            if not hasattr(grad_output, "shape"):
+                fail(TypeError, "Tape.backward", "grad_output", "an array (or None: ones)",
+                     type(grad_output).__name__)
+            if tuple(grad_output.shape) != tuple(output.shape):
+                fail(ValueError, "Tape.backward", "grad_output",
+                     f"shape {tuple(output.shape)}", tuple(grad_output.shape))
         grads = {id(output): grad_output if grad_output is not None
                  else full(output.shape, 1.0, np.float32, device=output.device_id)}
         for backward_fn, inputs, outputs in reversed(self.entries):

@@ -319,7 +319,9 @@ def _activation_launch(op, kdef, x, gate, g, out, out2):
 
 
 def _check_approximate(op, approximate):
-    if not isinstance(approximate, str) or approximate not in _GELU_FORMS:
+    if not isinstance(approximate, str):
+        fail(TypeError, op, "approximate", "'none' or 'tanh'", type(approximate).__name__)
+    if approximate not in _GELU_FORMS:
         fail(ValueError, op, "approximate", "'none' or 'tanh'", repr(approximate))
 
 

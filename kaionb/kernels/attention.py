@@ -47,7 +47,15 @@ from ..ptx_patches import (
     ld_global_nc_v4_u32,
     st_global_b32,
 )
-from ..validation import as_array, check_contiguous, check_same_dtype, check_shape, fail
+from ..validation import (
+    as_array,
+    as_dtype,
+    as_out,
+    check_contiguous,
+    check_same_dtype,
+    check_shape,
+    fail,
+)
 from .helpers.attention import LOG2E, attention_block
 from .helpers.attention_bwd import STAT_ROWS, KeyBlock, QueryBlock
 from .helpers.attention_wgmma import WgmmaAttentionBlock, wgmma_attention_block
@@ -88,6 +96,7 @@ COMBINE_WARPS = 4
 _F32 = np.dtype(np.float32)
 _U16 = np.dtype(np.uint16)
 _INPUT_DTYPES = (np.dtype(np.float16), bfloat16, _F32)
+_DTYPE_NAMES = "float16, bfloat16 or float32"
 _OPERAND = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
 _KIND = {_F32: OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
 
@@ -558,13 +567,14 @@ def attention_bwd_fwd(dout, q, k, v, out, lse, causal=False, scale=None, dtype=N
             fail(ValueError, op, name, f"device {q.device_id} (where 'q' is)",
                  f"device {x.device_id}")
     scale = _check_scale(op, scale, q.shape[-1])
-    if dtype is None:  # q's, or that of the grads given
-        first = grads[0] if isinstance(grads, (tuple, list)) and grads else None
-        grad_dtype = getattr(first, "dtype", q.dtype)
+    if dtype is not None:
+        grad_dtype = as_dtype(op, "dtype", dtype, _INPUT_DTYPES, _DTYPE_NAMES)
+    elif isinstance(grads, (tuple, list)) and grads:  # the dtype of the grads given
+        grad_dtype = as_out(op, grads[0], "grads[0]").dtype
+        if grad_dtype not in _INPUT_DTYPES:
+            fail(TypeError, op, "grads", f"arrays of dtype {_DTYPE_NAMES}", grad_dtype)
     else:
-        grad_dtype = np.dtype(dtype)
-    if grad_dtype not in _INPUT_DTYPES:
-        fail(TypeError, op, "dtype", "float16, bfloat16 or float32", grad_dtype)
+        grad_dtype = q.dtype
     grads = outputs(op, grads, [(x.shape, grad_dtype, LAST_AXIS) for x in (q, k, v)],
                     device=q.device_id, name="grads")
     for i, g in enumerate(grads):
@@ -644,6 +654,8 @@ def _kaio_entry(name, causal, out_dtype, doc):
     def entry(q, k, v, *, scale=None, with_stats=False, out=None):
         for arg, x in (("q", q), ("k", k), ("v", v)):
             ndim = getattr(x, "ndim", None)
+            if ndim is None:  # not an array: a TypeError, as as_array's, not a rank
+                fail(TypeError, name, arg, "an array [S, D]", type(x).__name__)
             if ndim != 2:
                 fail(ValueError, name, arg, "2 dimensions [S, D] (one head; "
                      "kaionb.attention takes batches and heads)", ndim)

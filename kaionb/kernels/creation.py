@@ -11,15 +11,22 @@ pins its last element to ``stop`` exactly, as NumPy does.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 from numba import cuda, float64, int64, uint64
 
 from .._device import device as on_device
 from .._device import device_ordinal
-from ..array import DeviceArray, _axis_index, empty, full, normalize_dtype
-from ..validation import as_array, fail
+from ..array import (
+    DeviceArray,
+    _axis_index,
+    _full,
+    _on_device_of,
+    _zeros,
+    empty,
+    normalize_dtype,
+)
+from ..validation import as_array, check_int, check_real, fail
 from .elementwise import THREADS, _grid_stride_blocks, elementwise_fwd
 from .helpers.dtypes import encode, storage
 from .launch import kernel
@@ -54,12 +61,12 @@ _RAMP_KERNELS = {dt: _make_ramp(dt) for dt in _RAMP_DTYPES}
 
 
 @fast_path
-def ramp_fwd(n, start, step, dtype, last=None):
+def ramp_fwd(op, n, start, step, dtype, last=None):
     """A new 1-D array of ``n`` elements ``start + i * step`` in ``dtype`` (the last one
-    ``last`` when given)."""
-    dt = normalize_dtype(dtype, "arange")
+    ``last`` when given), for ``op`` (arange or linspace: named in refusals)."""
+    dt = normalize_dtype(dtype, op)
     if dt == np.bool_:
-        fail(TypeError, "arange", "dtype", "a numeric dtype", dt)
+        fail(TypeError, op, "dtype", "a numeric dtype", dt)
     out = empty((n,), dt)
     return run(_ramp_launch, dt, start, step, last, out=out)
 
@@ -68,13 +75,6 @@ def _ramp_launch(dt, start, step, last, out):
     cast = float if dt.kind not in "iu" else int
     Plan.of(_RAMP_KERNELS[dt], (_grid_stride_blocks(out.size),), (THREADS,)).launch(
         out, cast(start), cast(step), last is not None, cast(0 if last is None else last))
-
-
-def _number(op: str, name: str, value):
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.integer,
-                                                         np.floating)):
-        fail(TypeError, op, name, "a real number", type(value).__name__)
-    return value
 
 
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None) -> DeviceArray:
@@ -86,13 +86,15 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None) -> DeviceArr
     if stop is None:
         start, stop = 0, start
     for name, v in (("start", start), ("stop", stop), ("step", step)):
-        _number("arange", name, v)
+        check_real("arange", name, v)
+        if not math.isfinite(v):  # no length to count (NumPy: a bare OverflowError)
+            fail(ValueError, "arange", name, "a finite number", v)
     if step == 0:
-        raise ValueError("arange: argument 'step' must not be zero")
+        fail(ValueError, "arange", "step", "a nonzero number", step)
     dt = np.arange(start, start + step, step).dtype if dtype is None else \
         normalize_dtype(dtype, "arange")
     n = max(0, math.ceil((stop - start) / step))
-    return ramp_fwd(n, start, step, dt)
+    return ramp_fwd("arange", n, start, step, dt)
 
 
 def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> DeviceArray:
@@ -101,9 +103,10 @@ def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> 
     if device is not None:
         with on_device(device_ordinal(device, "linspace")):
             return linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
-    _number("linspace", "start", start)
-    _number("linspace", "stop", stop)
-    if isinstance(num, bool) or not isinstance(num, (numbers.Integral, np.integer)) or num < 0:
+    check_real("linspace", "start", start)
+    check_real("linspace", "stop", stop)
+    check_int("linspace", "num", num, "an integer >= 0")
+    if num < 0:
         fail(ValueError, "linspace", "num", "an integer >= 0", num)
     dt = np.dtype(np.float64) if dtype is None else normalize_dtype(dtype, "linspace")
     div = num - 1 if endpoint else num
@@ -114,37 +117,35 @@ def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> 
             _ramp_launch(np.dtype(np.float64), float(start), step,
                          float(stop) if endpoint and num > 1 else None, values)
         return values.astype(dt)
-    return ramp_fwd(num, float(start), step, dt, float(stop) if endpoint and num > 1 else None)
+    return ramp_fwd("linspace", num, float(start), step, dt,
+                    float(stop) if endpoint and num > 1 else None)
 
 
 def ones(shape, *, dtype=None, device=None) -> DeviceArray:
     """A new array of ones (float64 unless ``dtype`` is given) on ``device`` (default:
     the current one)."""
-    return full(shape, 1, np.float64 if dtype is None else dtype,
-                device=None if device is None else device_ordinal(device, "ones"))
+    return _full("ones", shape, 1, np.float64 if dtype is None else dtype, device)
 
 
 def ones_like(x, /, *, dtype=None, device=None) -> DeviceArray:
     """Ones of ``x``'s shape, dtype and device (unless ``dtype`` / ``device`` say)."""
-    return full(x.shape, 1, x.dtype if dtype is None else dtype,
-                device=x.device_id if device is None else device_ordinal(device, "ones_like"))
+    return _full("ones_like", x.shape, 1, x.dtype if dtype is None else dtype,
+                 x.device_id if device is None else device)
 
 
 def full_like(x, /, fill_value, *, dtype=None, device=None) -> DeviceArray:
     """``fill_value`` in ``x``'s shape, dtype and device (unless ``dtype`` / ``device``
     say)."""
-    return full(x.shape, fill_value, x.dtype if dtype is None else dtype,
-                device=x.device_id if device is None else device_ordinal(device, "full_like"))
+    return _full("full_like", x.shape, fill_value, x.dtype if dtype is None else dtype,
+                 x.device_id if device is None else device)
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> DeviceArray:
     """A 2-D array with ones on diagonal ``k`` and zeros elsewhere (float64 unless
     ``dtype`` is given) on ``device`` (default: the current one)."""
-    from ..array import zeros
-
     n_cols = n_rows if n_cols is None else n_cols
-    out = zeros((n_rows, n_cols), np.float64 if dtype is None else dtype,
-                device=None if device is None else device_ordinal(device, "eye"))
+    out = _on_device_of(device, "eye", _zeros, (n_rows, n_cols),
+                        np.float64 if dtype is None else dtype, "eye")
     length = max(0, min(n_rows + min(k, 0), n_cols - max(k, 0)))
     if length:
         step = (n_cols + 1) * out.itemsize
@@ -153,15 +154,21 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> DeviceArray:
     return out
 
 
+def _arrays(op: str, arrays) -> list:
+    """concatenate's / stack's ``arrays``: a non-empty list or tuple, each an array."""
+    if not isinstance(arrays, (list, tuple)):
+        fail(TypeError, op, "arrays", "a list or tuple of arrays", type(arrays).__name__)
+    if not arrays:
+        fail(ValueError, op, "arrays", "a non-empty sequence of arrays", "an empty one")
+    return [as_array(op, f"arrays[{i}]", a) for i, a in enumerate(arrays)]
+
+
 @device_guard
 def concatenate(arrays, /, *, axis=0) -> DeviceArray:
     """The arrays joined along an existing ``axis`` (None: flattened first); the result
     dtype is NumPy's ``result_type`` of theirs, on their device."""
     op = "concatenate"
-    if not isinstance(arrays, (list, tuple)) or not arrays:
-        fail(ValueError, op, "arrays", "a non-empty sequence of arrays",
-             type(arrays).__name__ if not isinstance(arrays, (list, tuple)) else "an empty one")
-    arrays = [as_array(op, f"arrays[{i}]", a) for i, a in enumerate(arrays)]
+    arrays = _arrays(op, arrays)
     if axis is None:
         arrays, axis = [a.reshape(-1) for a in arrays], 0
     ndim = arrays[0].ndim
@@ -196,9 +203,7 @@ def concatenate(arrays, /, *, axis=0) -> DeviceArray:
 def stack(arrays, /, *, axis=0) -> DeviceArray:
     """The arrays (all of one shape) joined along a new ``axis``."""
     op = "stack"
-    if not isinstance(arrays, (list, tuple)) or not arrays:
-        fail(ValueError, op, "arrays", "a non-empty sequence of arrays", repr(arrays)[:40])
-    arrays = [as_array(op, f"arrays[{i}]", a) for i, a in enumerate(arrays)]
+    arrays = _arrays(op, arrays)
     shape = arrays[0].shape
     if any(a.shape != shape for a in arrays):
         raise ValueError(f"{op}: all input arrays must have the same shape, got "

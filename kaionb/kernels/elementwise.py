@@ -304,9 +304,10 @@ def _operand_type(x):
     return np.asarray(x).dtype  # NumPy scalars are typed (strong)
 
 
-def resolve(name: str, types: tuple) -> tuple:
+def resolve(name: str, types: tuple, op: str | None = None) -> tuple:
     """(loop dtype per input, output dtype) for op ``name`` on operand ``types``, as NumPy
-    resolves them; NumPy's TypeError, prefixed with the op's name, when it refuses."""
+    resolves them; NumPy's TypeError, prefixed with ``op`` (the function called, default
+    ``name``), when it refuses."""
     key = (name, types)
     hit = _RESOLVED.get(key)
     if hit is not None:
@@ -327,7 +328,7 @@ def resolve(name: str, types: tuple) -> tuple:
             dts = UFUNCS[name].numpy.resolve_dtypes(types_np + (None,))
             loops, out = tuple(dts[:-1]), dts[-1]
     except TypeError as exc:
-        raise TypeError(f"{name}: {exc}") from None
+        raise TypeError(f"{op or name}: {exc}") from None
     _RESOLVED[key] = loops, out
     return loops, out
 
@@ -399,22 +400,28 @@ def _grid_stride_blocks(size: int, per_thread: int = 1) -> int:
 @fast_path
 def elementwise_fwd(name, x1, x2=None, x3=None, *, out=None, dtype=None):
     """Validate, resolve types, shapes and ``out``; launch unless empty. ``dtype``: the
-    output dtype of a ``copy`` (astype)."""
+    output dtype of a ``copy`` (astype). ``clip`` with one bound None runs maximum (x,
+    min) or minimum (x, max); its refusals name clip and its arguments."""
     spec = UFUNCS.get(name)
     if spec is None:
         raise ValueError(f"elementwise: unknown op {name!r}")
-    operands = [x for x in (x1, x2, x3)][:spec.nin]
-    for i, x in enumerate(operands):
+    given = [(_operand_name(name, i), x) for i, x in enumerate((x1, x2, x3)[:spec.nin])]
+    ufunc = name
+    if name == "clip" and (x2 is None or x3 is None):
+        ufunc = "maximum" if x3 is None else "minimum"
+        given = [given[0], given[1] if x3 is None else given[2]]
+    operands = [x for _, x in given]
+    for i, (operand_name, x) in enumerate(given):
         # Python numbers are weak scalars, NumPy scalars typed ones (NEP 50); anything
         # else becomes an array (zero-copy for GPU memory).
         if not isinstance(x, DeviceArray) and not (
                 type(x) in _PY_SCALARS or isinstance(x, np.generic)):
-            operands[i] = as_array(name, _operand_name(name, i), x)
+            operands[i] = as_array(name, operand_name, x)
     arrays = [x for x in operands if isinstance(x, DeviceArray)]
     if name == "copy":
         loops, out_dt = (np.dtype(dtype),), np.dtype(dtype)
     else:
-        loops, out_dt = resolve(name, tuple(_operand_type(x) for x in operands))
+        loops, out_dt = resolve(ufunc, tuple(_operand_type(x) for x in operands), name)
     for x, loop in zip(operands, loops):
         _check_scalar(name, x, loop)
     if name == "pow" and type(operands[1]) is int and operands[1] < 0 and loops[1].kind in "iu":
@@ -424,16 +431,17 @@ def elementwise_fwd(name, x1, x2=None, x3=None, *, out=None, dtype=None):
     if out is None:
         out = empty(shape, out_dt)
     else:
-        out = _check_out(name, out, shape, out_dt, device)
+        out = _check_out(name, ufunc, out, shape, out_dt, device)
     operands = [x.copy() if isinstance(x, DeviceArray) and _needs_copy(x, out) else x
                 for x in operands]
-    return run(_elementwise_launch, name, tuple(operands), loops, out=out)
+    return run(_elementwise_launch, ufunc, tuple(operands), loops, out=out)
 
 
 # The array API's names of the operands where they are not x1, x2 (errors name them).
 elementwise_fwd.uncached.public_names = {
     "where": {"x1": "condition", "x2": "x1", "x3": "x2"},
     "clip": {"x1": "x", "x2": "min", "x3": "max"},
+    **{name: {"x1": "x"} for name, spec in UFUNCS.items() if spec.nin == 1},
 }
 
 
@@ -443,14 +451,15 @@ def _operand_name(op: str, i: int) -> str:
     return elementwise_fwd.uncached.public_names.get(op, {}).get(internal, internal)
 
 
-def _check_out(name, out, shape, result_dt, device):
+def _check_out(name, ufunc, out, shape, result_dt, device):
+    """``out=`` of op ``name``, which runs ``ufunc`` (NumPy's cast refusal names it)."""
     if type(out) is not DeviceArray:
         fail(TypeError, name, "out", "a DeviceArray", type(out).__name__)
     if len(out.shape) < len(shape) or broadcast_shape(name, [shape, out.shape]) != out.shape:
         raise ValueError(f"{name}: non-broadcastable output operand with shape {out.shape} "
                          f"doesn't match the broadcast shape {shape}")
     if out.dtype != result_dt and not np.can_cast(result_dt, out.dtype, "same_kind"):
-        raise TypeError(f"{name}: Cannot cast ufunc '{name}' output from {result_dt!r} to "
+        raise TypeError(f"{name}: Cannot cast ufunc '{ufunc}' output from {result_dt!r} to "
                         f"{out.dtype!r} with casting rule 'same_kind'")
     if out.device_id != device and shape:
         fail(ValueError, name, "out", f"device {device} (where the inputs are)",
@@ -675,10 +684,6 @@ def clip(x, /, min=None, max=None, *, out=None):  # noqa: A002  (the array API's
     if min is None and max is None:
         x = as_array("clip", "x", x)
         return elementwise_fwd("copy", x, out=out, dtype=x.dtype)
-    if min is None:
-        return apply("minimum", x, max, out=out)
-    if max is None:
-        return apply("maximum", x, min, out=out)
     return apply("clip", x, min, max, out=out)
 
 

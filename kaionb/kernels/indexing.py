@@ -28,7 +28,7 @@ from ..array import DeviceArray, _axis_index, _is_array_index, asarray, register
 from ..validation import as_array, fail
 from .elementwise import THREADS, _grid_stride_blocks, apply, elementwise_fwd
 from .launch import kernel
-from .op import Plan, device_guard, fast_path, run
+from .op import ANY_LAYOUT, Plan, device_guard, fast_path, output, run
 
 _BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 _INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
@@ -124,13 +124,7 @@ def take_fwd(x, indices, *, axis=None, out=None):
     shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
     if idx.size and x.shape[axis] == 0:
         raise IndexError(f"{op}: cannot take from an empty axis {axis}")
-    if out is None:
-        from ..array import empty
-
-        out = empty(shape, x.dtype)
-    elif type(out) is not DeviceArray or out.shape != shape or out.dtype != x.dtype:
-        fail(ValueError, op, "out", f"a DeviceArray of shape {shape} and dtype {x.dtype}",
-             f"{getattr(out, 'shape', type(out).__name__)}")
+    out = output(op, out, shape, x.dtype, device=x.device_id, layout=ANY_LAYOUT)
     return run(_gather_launch, x, idx, axis, out=out)
 
 

@@ -46,6 +46,8 @@ from ..array import DeviceArray, bfloat16, empty, register_kernel
 from ..grad import record
 from ..validation import (
     as_array,
+    as_dtype,
+    as_out,
     check_contiguous,
     check_out,
     check_same_device,
@@ -114,6 +116,7 @@ DECODE_BLOCKS_PER_SM = {"decode16": 2, "decode64": 1}
 FOLD_GROUP = {"decode16": 8, "decode64": 8, "large": 2}
 # Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
+_OUT_DTYPE_NAMES = "float32, float16 or bfloat16"
 # The tile group of each mma.sync operand type.
 _GROUP = {"f16": "16bit", "bf16": "16bit", "tf32": "tf32", "tf32x3": "tf32", "s8": "s8"}
 # float32 inputs: "highest" runs tf32x3 (float32 accuracy), "tf32" one tf32 pass.
@@ -350,11 +353,16 @@ def _result_shape(op: str, a: DeviceArray, b: DeviceArray):
 def _output(op: str, out, dtype, shape: tuple, a: DeviceArray, default=None) -> DeviceArray:
     """The output: ``out`` checked (shape, dtype, ``a``'s device, C-contiguous), or a new
     array of ``dtype`` (default: ``out``'s dtype, else ``default``, else ``a``'s)."""
-    if dtype is None:
-        dtype = out.dtype if out is not None else (a.dtype if default is None else default)
-    dtype = np.dtype(dtype)
-    if dtype not in _OUT_KIND:
-        fail(TypeError, op, "dtype", "float32, float16 or bfloat16", dtype)
+    if out is not None:
+        out = as_out(op, out)  # device memory before its dtype is read
+    if dtype is not None:
+        dtype = as_dtype(op, "dtype", dtype, _OUT_KIND, _OUT_DTYPE_NAMES)
+    elif out is not None:
+        dtype = out.dtype
+        if dtype not in _OUT_KIND:  # the dtype the caller chose is out's
+            fail(TypeError, op, "out", f"dtype {_OUT_DTYPE_NAMES}", dtype)
+    else:
+        dtype = a.dtype if default is None else default
     if out is None:
         return empty(shape, dtype)
     out = check_out(op, out, shape, dtype)

@@ -29,8 +29,8 @@ import numpy as np
 from numba import cuda, int32, int64, uint16, uint32
 
 from .._device import multiprocessor_count
-from ..array import DeviceArray, asarray, bfloat16, empty, normalize_dtype
-from ..validation import as_array, fail
+from ..array import DeviceArray, asarray, bfloat16, empty
+from ..validation import as_array, as_dtype, check_int, fail
 from .helpers.int4 import (
     MIN_GROUP,
     STAGE_K,
@@ -45,7 +45,7 @@ from .helpers.int4 import (
 from .launch import kernel
 from .matmul import _OUT_KIND, _output, _splitk_workspace, matmul_fwd
 from .matmul_int8 import _qkv_outputs
-from .op import C_CONTIGUOUS, Plan, device_guard, fast_path, outputs, workspace
+from .op import C_CONTIGUOUS, Plan, device_guard, fast_path, output, workspace
 
 _ACT_DTYPES = (np.dtype(np.float16), bfloat16)
 _ACT = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
@@ -145,17 +145,20 @@ def _host(op: str, name: str, x) -> np.ndarray:
         except (TypeError, ValueError):
             pass  # a host tensor with __dlpack__ (torch CPU): NumPy takes it
     try:
-        return np.asarray(x)
+        host = np.asarray(x)
     except Exception:
         fail(TypeError, op, name, "an array", type(x).__name__)
+    if host.dtype.hasobject:  # None, or objects NumPy could only box
+        fail(TypeError, op, name, "an array", type(x).__name__)
+    return host
 
 
 def _check_group_size(op: str, group_size, k: int) -> int:
-    ok = isinstance(group_size, (int, np.integer)) and not isinstance(group_size, bool)
-    g = int(group_size) if ok else 0
-    if not ok or not (g == -1 or (g >= MIN_GROUP and g & (g - 1) == 0)):
-        fail(ValueError, op, "group_size", f"-1 (per channel) or a power of two ≥ {MIN_GROUP} "
-             "(32, 64, 128, ...)", repr(group_size))
+    expected = f"-1 (per channel) or a power of two ≥ {MIN_GROUP} (32, 64, 128, ...)"
+    check_int(op, "group_size", group_size, expected)
+    g = int(group_size)
+    if not (g == -1 or (g >= MIN_GROUP and g & (g - 1) == 0)):
+        fail(ValueError, op, "group_size", expected, g)
     if g != -1 and k % g:
         fail(ValueError, op, "group_size", f"a divisor of K = {k} (K must be a multiple of "
              "the group size)", g)
@@ -602,11 +605,8 @@ def matmul_int4(a, w, *, out=None, dtype=None) -> DeviceArray:
 @fast_path
 def dequantize_int4_fwd(op: str, w, dtype=np.float16, *, out=None) -> DeviceArray:
     w = _check_weight(op, "w", w)
-    dt = normalize_dtype(dtype, op)
-    if dt not in _ACT_DTYPES:
-        fail(TypeError, op, "dtype", "float16 or bfloat16", dt)
-    (out,) = outputs(op, None if out is None else (out,), [(w.shape, dt, C_CONTIGUOUS)],
-                     device=w.device_id)
+    dt = as_dtype(op, "dtype", dtype, _ACT_DTYPES, "float16 or bfloat16")
+    out = output(op, out, w.shape, dt, device=w.device_id, layout=C_CONTIGUOUS)
     _dequantize_launch(w, out)
     return out
 

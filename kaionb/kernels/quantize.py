@@ -32,7 +32,7 @@ import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
 from .._device import compute_capability
-from ..array import normalize_dtype, zeros
+from ..array import zeros
 from ..ptx_patches import (
     cluster_arrive,
     cluster_wait,
@@ -42,7 +42,7 @@ from ..ptx_patches import (
     ld_global_nc_v4_u32,
     st_global_v4_u32,
 )
-from ..validation import as_array, check_contiguous, check_same_device, fail
+from ..validation import as_array, as_dtype, check_contiguous, check_same_device, fail
 from .helpers import block_max, cluster_reducers
 from .helpers.int8 import QMAX, inverse_scale, quantize_words16
 from .helpers.rowwise import (
@@ -440,9 +440,7 @@ def dequantize_int8_fwd(q, scale, axis=None, dtype=np.float32, *, out=None):
              f"shape {q.shape}", scale.shape)
     check_contiguous(op, "q", q, last_axis_only=True)
     check_contiguous(op, "scale", scale)
-    out_dt = normalize_dtype(dtype, op)
-    if out_dt not in FLOAT_DTYPES:
-        fail(TypeError, op, "dtype", "float32, float16 or bfloat16", out_dt)
+    out_dt = as_dtype(op, "dtype", dtype, FLOAT_DTYPES, "float32, float16 or bfloat16")
     out = output(op, out, q.shape, out_dt, device=q.device_id)
     return run(_dequantize_int8_launch, op, mode, q, scale, out=out)
 

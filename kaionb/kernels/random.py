@@ -62,9 +62,9 @@ from numba import cuda, float32, float64, int64, uint32, uint64
 from numba.cuda import libdevice
 
 from .._device import current_allocator, multiprocessor_count
-from ..array import bfloat16, normalize_dtype, normalize_shape
+from ..array import bfloat16, normalize_shape
 from ..ptx_patches import device_function
-from ..validation import check_contiguous, check_out, fail
+from ..validation import as_dtype, as_out, check_contiguous, check_out, fail
 from .helpers.dtypes import HALF_DTYPES, compute_type, encode, storage
 from .launch import kernel
 from .op import C_CONTIGUOUS, Plan, device_guard, output, run
@@ -272,7 +272,7 @@ class Philox:
 def uniform_fwd(philox, low, high, size, dtype, *, out=None, op="uniform"):
     """Validate; launch unless empty: U[low, high) in ``dtype``, of shape ``size`` (None:
     0-d, or out's shape). Returns the output."""
-    dt = _dtype(op, dtype, FLOAT_DTYPES, FLOAT_NAMES)
+    dt = as_dtype(op, "dtype", dtype, FLOAT_DTYPES, FLOAT_NAMES)
     shape = _size(op, size, out)
     low_d, high_d = _finite(op, "low", low, dt), _finite(op, "high", high, dt)
     if low_d > high_d:
@@ -293,7 +293,7 @@ def uniform_fwd(philox, low, high, size, dtype, *, out=None, op="uniform"):
 def normal_fwd(philox, loc, scale, size, dtype, *, out=None, op="normal"):
     """Validate; launch unless empty: N(loc, scale²) in ``dtype`` (computed in float32 for
     float32 and the halves), of shape ``size``. Returns the output."""
-    dt = _dtype(op, dtype, FLOAT_DTYPES, FLOAT_NAMES)
+    dt = as_dtype(op, "dtype", dtype, FLOAT_DTYPES, FLOAT_NAMES)
     shape = _size(op, size, out)
     ct = _compute_dtype(dt)
     loc_c, scale_c = _finite(op, "loc", loc, ct), _finite(op, "scale", scale, ct)
@@ -308,7 +308,7 @@ def integers_fwd(philox, low, high, size, dtype, endpoint=False, *, out=None):
     """Validate; launch unless empty: integers in [low, high) ([low, high] with
     ``endpoint``) in ``dtype`` (integer or bool), of shape ``size``. Returns the output."""
     op = "integers"
-    dt = _dtype(op, dtype, INT_DTYPES, "an integer or bool dtype")
+    dt = as_dtype(op, "dtype", dtype, INT_DTYPES, "an integer or bool dtype")
     shape = _size(op, size, out)
     low, high = _integer(op, "low", low), _integer(op, "high", high)
     info = (0, 1) if dt.kind == "b" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
@@ -349,20 +349,10 @@ def _output(op, out, shape, dt):
     return output(op, out, shape, dt, device=device, layout=C_CONTIGUOUS)
 
 
-def _dtype(op, dtype, allowed, expected):
-    try:
-        dt = normalize_dtype(dtype, op)
-    except TypeError:
-        fail(TypeError, op, "dtype", expected, repr(dtype))
-    if dt not in allowed:
-        fail(TypeError, op, "dtype", expected, dt)
-    return dt
-
-
 def _size(op, size, out):
     """The output shape: ``size``; None is 0-d, or out's shape when out is given."""
     if size is None:
-        return () if out is None else tuple(out.shape)
+        return () if out is None else tuple(as_out(op, out).shape)
     try:
         return normalize_shape(size, op)
     except (TypeError, ValueError) as exc:

@@ -40,7 +40,14 @@ from numba import cuda, float32, int32, uint32
 from ..array import DeviceArray, asarray
 from ..grad.record import active_tape
 from ..ptx_patches import device_function
-from ..validation import as_array, check_contiguous, check_same_device, fail
+from ..validation import (
+    as_array,
+    check_contiguous,
+    check_int,
+    check_real,
+    check_same_device,
+    fail,
+)
 from .helpers.rowwise import CODECS, FLOAT_DTYPES, f32_from_bits
 from .launch import kernel
 from .op import Plan, _span, fast_path, output, record, run
@@ -437,11 +444,12 @@ def rope_frequencies(dim, base=10000.0, scaling=None):
     """θ_i = base^(−2i/dim), i < dim/2, float64 (NumPy), with ``scaling`` applied (see
     :func:`rope_cache`)."""
     op = "rope_cache"
-    if (not isinstance(dim, (numbers.Integral, np.integer)) or isinstance(dim, bool)
-            or dim < 2 or dim % 2):
-        fail(ValueError, op, "dim", "an even integer >= 2 (the rotary dimensions R)", repr(dim))
-    if (not isinstance(base, numbers.Real) or isinstance(base, bool) or not np.isfinite(base)
-            or base <= 0):
+    expected = "an even integer >= 2 (the rotary dimensions R)"
+    check_int(op, "dim", dim, expected)
+    if dim < 2 or dim % 2:
+        fail(ValueError, op, "dim", expected, repr(dim))
+    check_real(op, "base", base)
+    if not np.isfinite(base) or base <= 0:
         fail(ValueError, op, "base", "a finite number > 0", repr(base))
     inv_freq = float(base) ** (-np.arange(0, int(dim), 2, dtype=np.float64) / int(dim))
     if scaling is None:
@@ -482,8 +490,8 @@ def rope_cache(seq_len, dim, base=10000.0, scaling=None):
     Hugging Face's ``rope_type: "llama3"``; ``"rope_type"`` is accepted for ``"type"``).
     Angles are float64 here; Hugging Face forms them in float32, so its tables carry
     about p·6e-8 radians of rounding at position p (6e-4 at 10^4)."""
-    if (not isinstance(seq_len, (numbers.Integral, np.integer)) or isinstance(seq_len, bool)
-            or seq_len < 0):
+    check_int("rope_cache", "seq_len", seq_len, "an integer >= 0")
+    if seq_len < 0:
         fail(ValueError, "rope_cache", "seq_len", "an integer >= 0", repr(seq_len))
     angles = np.outer(np.arange(int(seq_len), dtype=np.float64),
                       rope_frequencies(dim, base, scaling))
