@@ -23,6 +23,7 @@ groups=(
   "tests/test_array_api.py"
   "tests/test_reductions.py::test_every_op_and_dtype"
   "tests/test_reductions.py --deselect tests/test_reductions.py::test_every_op_and_dtype"
+  "tests/test_determinism.py tests/test_soak.py"
 )
 pids=()
 for i in "${!groups[@]}"; do
