@@ -100,6 +100,10 @@ def block_max(x, scratch):
         # max is idempotent: lanes past the last warp repeat warp 0's partial.
         v = scratch[lane] if lane < nwarps else scratch[0]
         v = warp_max(v)
+        # The shuffles already order the lanes' reads of scratch[0] before lane 0's
+        # write; compute-sanitizer's racecheck does not count them as a barrier (a warning
+        # per block), a warp barrier it does.
+        cuda.syncwarp()
         if lane == 0:
             scratch[0] = v
     cuda.syncthreads()
