@@ -253,6 +253,13 @@ def test_splitk_workspace_is_cached_per_stream_and_grows(monkeypatch):
     p4, c4 = mm._splitk_workspace(8, 1)
     assert zeroed[-1][1] == 7 and len(zeroed) == 4 and mm._WORKSPACES == before
     assert allocated[-1] == allocated[-2] and p4 is not before[(0, 7)].partials
+    # A stream per step: only the newest MAX_WORKSPACES streams keep theirs.
+    capturing["on"] = False
+    for handle in range(100, 100 + mm.MAX_WORKSPACES):
+        streams["s"] = Stream(_handle=handle)
+        mm._splitk_workspace(8, 1)
+    assert len(mm._WORKSPACES) == mm.MAX_WORKSPACES and (0, 0) not in mm._WORKSPACES
+    assert (0, 99 + mm.MAX_WORKSPACES) in mm._WORKSPACES
 
 
 def test_forced_tile_must_have_a_kernel(monkeypatch):

@@ -435,7 +435,7 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
         if not hopper_ok:
             fail(ValueError, op, "a, b", "16-bit operands of one matrix each on a compute "
                  "capability 9.0 GPU, 16-byte aligned operand and output rows for the wgmma "
-                 f"kernel", f"{a.dtype}, cc {compute_capability()}, batch {p.batch}, row "
+                 "kernel", f"{a.dtype}, cc {compute_capability()}, batch {p.batch}, row "
                  f"strides {p.lda}, {p.ldb}, {p.n} elements")
         hopper_tile = tile or matmul_hopper.choose_tile(p.m, p.n, sms) or "narrow"
     else:
@@ -541,6 +541,10 @@ class _Workspace(NamedTuple):
 
 # Split-K workspaces, one per (device, stream handle): kernels on one stream run one after
 # another, and each leaves its counters at 0, so the next reuses the memory without a memset.
+# At most MAX_WORKSPACES streams keep one (the oldest made goes first: a program that makes a
+# stream per step would otherwise keep a buffer per stream it ever used); a dropped one is
+# freed in its stream's order, after the launches queued on it.
+MAX_WORKSPACES = 16
 _WORKSPACES: dict[tuple, _Workspace] = {}
 
 
@@ -566,6 +570,9 @@ def _splitk_workspace(nbytes_partials: int, n_counters: int):
         # Under capture the workspace is the graph's own (allocated and zeroed in it, freed
         # when the call's views die): a cached one would be shared with eager calls.
         if not capturing:
+            _WORKSPACES.pop((device, stream.handle), None)
+            if len(_WORKSPACES) >= MAX_WORKSPACES:
+                del _WORKSPACES[next(iter(_WORKSPACES))]
             _WORKSPACES[(device, stream.handle)] = ws
     return ws.partials, ws.counters
 
