@@ -158,8 +158,38 @@ finfo, iinfo, result_type, can_cast = _np.finfo, _np.iinfo, _np.result_type, _np
 
 
 def astype(x, dtype, /, *, copy=True):
-    """The array API's ``astype``: ``x`` converted on the device (``copy=False`` returns
-    ``x`` itself when it already has ``dtype``)."""
+    """Return ``x`` converted to ``dtype`` on the device: the array API's ``astype``.
+
+    As :meth:`DeviceArray.astype` (float to half types round to nearest even), except
+    that ``copy=False`` returns ``x`` itself when it already has ``dtype``.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    dtype : dtype
+        A dtype kaionb stores.
+    copy : bool, optional
+        False: no copy when ``x`` already has ``dtype``.
+
+    Returns
+    -------
+    DeviceArray
+        The converted array (new memory, or ``x`` itself).
+
+    Raises
+    ------
+    TypeError
+        Something that is not a dtype, or a dtype kaionb does not store.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([1.0, 2.5])
+    >>> kaionb.astype(x, kaionb.float16).get()
+    array([1. , 2.5], dtype=float16)
+    >>> kaionb.astype(x, np.float64, copy=False) is x
+    True
+    """
     if not copy and x.dtype == _np.dtype(dtype):
         return x
     return x.astype(dtype)

@@ -48,13 +48,35 @@ _MULTI_GPU = False
 
 
 def gpu_available() -> bool:
-    """True when a CUDA driver and at least one GPU are present."""
+    """Test whether a CUDA driver and at least one GPU are present.
+
+    Returns
+    -------
+    bool
+        True when kaionb can run kernels on this machine.
+
+    Examples
+    --------
+    >>> kaionb.gpu_available()
+    True
+    """
     return device_count() > 0
 
 
 @functools.lru_cache(maxsize=1)
 def device_count() -> int:
-    """How many CUDA GPUs this process sees (0 without a driver)."""
+    """Count the CUDA GPUs this process sees.
+
+    Returns
+    -------
+    int
+        The number of GPUs (0 without a driver); ``CUDA_VISIBLE_DEVICES`` applies.
+
+    Examples
+    --------
+    >>> kaionb.device_count() >= 1
+    True
+    """
     from numba import cuda
 
     try:
@@ -114,8 +136,33 @@ def _core_device(ordinal: int):
 
 
 def Device(ordinal=None):
-    """The cuda.core ``Device`` for ``ordinal`` (None: this thread's current device):
-    ``kaionb.Device(1).name``, ``.compute_capability``, ``.properties``."""
+    """Return the cuda.core ``Device`` for ``ordinal``.
+
+    ``kaionb.Device(1).name``, ``.compute_capability``, ``.properties``.
+
+    Parameters
+    ----------
+    ordinal : int, torch.device, str or None, optional
+        The GPU: an ordinal, a ``torch.device``, ``"cuda:N"``, a CuPy or cuda.core
+        device, a DeviceArray (its device); None is this thread's current device.
+
+    Returns
+    -------
+    cuda.core.Device
+        The device (one object per ordinal).
+
+    Raises
+    ------
+    TypeError
+        Something that names no device.
+    ValueError
+        An ordinal no GPU has, or a string that is not ``"cuda"`` / ``"cuda:N"``.
+
+    Examples
+    --------
+    >>> kaionb.Device(0).compute_capability >= (8, 0)
+    True
+    """
     return _core_device(device_ordinal(ordinal, "kaionb.Device", "ordinal"))
 
 
@@ -250,10 +297,33 @@ def leave_device(token) -> None:
 
 
 class device:
-    """``with kaionb.device(n):`` makes GPU ``n`` this thread's current device inside the
-    block: new arrays are allocated there and ``kaionb.stream`` names its streams. (Ops
-    run on their inputs' device wherever they are called.) ``n``: anything
-    :func:`device_ordinal` takes."""
+    """Make GPU ``n`` this thread's current device inside a ``with`` block.
+
+    ``with kaionb.device(n):`` — new arrays are allocated there and ``kaionb.stream``
+    names its streams; the previous device comes back at the end of the block. (Ops run
+    on their inputs' device wherever they are called.) Entering returns the ordinal. One
+    object may be entered by several threads, or nested.
+
+    Parameters
+    ----------
+    n : int, kaionb.Device, torch.device or str
+        The GPU: an ordinal, a ``kaionb.Device``, a ``torch.device``, ``"cuda:N"``, a
+        CuPy device or a DeviceArray (its device).
+
+    Raises
+    ------
+    TypeError
+        Something that names no device.
+    ValueError
+        An ordinal no GPU has, or a string that is not ``"cuda"`` / ``"cuda:N"``.
+
+    Examples
+    --------
+    >>> with kaionb.device(0) as ordinal:
+    ...     a = kaionb.zeros(4)
+    >>> ordinal, a.device
+    (0, 0)
+    """
 
     __slots__ = ("ordinal",)
 
@@ -275,7 +345,29 @@ class device:
 
 
 def set_device(n) -> None:
-    """Make GPU ``n`` this thread's current device (outside any ``with kaionb.device``)."""
+    """Make GPU ``n`` this thread's current device (outside any ``with kaionb.device``).
+
+    Parameters
+    ----------
+    n : int, kaionb.Device, torch.device or str
+        The GPU, as :class:`device` takes it.
+
+    Raises
+    ------
+    TypeError
+        Something that names no device.
+    ValueError
+        An ordinal no GPU has, or a string that is not ``"cuda"`` / ``"cuda:N"``.
+    RuntimeError
+        No GPU on this machine, or a :func:`kaionb.graph` capture in progress on another
+        device.
+
+    Examples
+    --------
+    >>> kaionb.set_device(0)
+    >>> kaionb.zeros(2).device
+    0
+    """
     ordinal = device_ordinal(n, "kaionb.set_device", "n")
     if not gpu_available():
         raise RuntimeError("kaionb.set_device: no CUDA GPU is available on this machine")
@@ -315,9 +407,33 @@ def multiprocessor_count(ordinal: int | None = None) -> int:
 class Stream:
     """A CUDA stream as kaionb sees it: a raw ``CUstream`` handle plus whatever owns it.
 
-    ``kaionb.Stream()`` creates a new non-blocking stream (cuda.core owns it);
-    ``Stream.wrap(obj)`` adopts a CuPy, PyTorch, numba or cuda.core stream, an object with
-    ``__cuda_stream__``, or a raw integer handle, keeping the owner alive.
+    ``kaionb.Stream()`` creates a new non-blocking stream on the current device
+    (cuda.core owns it); ``Stream.wrap(obj)`` adopts a CuPy, PyTorch, numba or cuda.core
+    stream, an object with ``__cuda_stream__``, or a raw integer handle, keeping the owner
+    alive. It exports ``__cuda_stream__`` and ``int(stream)`` is the handle.
+
+    Parameters
+    ----------
+    _handle : int, optional
+        Internal (what :meth:`wrap` passes): an existing handle; leave it out.
+    _owner : object, optional
+        Internal: what keeps that handle's stream alive.
+
+    Attributes
+    ----------
+    handle : int
+        The raw ``CUstream`` handle (0: the legacy default stream).
+    cu : cuda.bindings.driver.CUstream
+        The same handle as the driver bindings' type.
+
+    Examples
+    --------
+    >>> s = kaionb.Stream()
+    >>> with kaionb.stream(s):
+    ...     a = kaionb.ones(4)
+    >>> s.synchronize()
+    >>> a.get(stream=s)
+    array([1., 1., 1., 1.])
     """
 
     __slots__ = ("handle", "cu", "_owner", "_core")
@@ -335,14 +451,61 @@ class Stream:
 
     @classmethod
     def wrap(cls, obj, where: str = "kaionb.stream", name: str = "s") -> "Stream":
-        """``obj`` (any stream-like object) as a Stream; refusals name ``where`` and its
-        argument ``name``."""
+        """Return ``obj`` (any stream-like object) as a Stream.
+
+        A Stream is returned as is; others are adopted, keeping ``obj`` alive.
+
+        Parameters
+        ----------
+        obj : stream-like
+            A kaionb, CuPy, PyTorch, numba or cuda.core stream, an object with
+            ``__cuda_stream__``, a raw handle (int >= 0), or None (the default stream).
+        where : str, optional
+            The function named in refusals.
+        name : str, optional
+            The argument named in refusals.
+
+        Returns
+        -------
+        Stream
+            The stream.
+
+        Raises
+        ------
+        TypeError
+            An object that is not a stream.
+        ValueError
+            A negative handle.
+
+        Examples
+        --------
+        >>> kaionb.Stream.wrap(0).handle
+        0
+        """
         if isinstance(obj, Stream):
             return obj
         return cls(_handle=stream_handle(obj, where, name), _owner=obj)
 
     def as_core(self):
-        """This stream as a cuda.core Stream (for the allocator)."""
+        """Return this stream as a cuda.core Stream (for the allocator).
+
+        Made once and kept; a wrapped stream's cuda.core Stream holds its owner.
+
+        Returns
+        -------
+        cuda.core.Stream
+            The same CUDA stream.
+
+        Raises
+        ------
+        RuntimeError
+            No GPU on this machine.
+
+        Examples
+        --------
+        >>> kaionb.Stream().as_core().handle is not None
+        True
+        """
         if self._core is None:
             from cuda.core import LEGACY_DEFAULT_STREAM, Stream as CoreStream
 
@@ -359,6 +522,17 @@ class Stream:
         return self._core
 
     def synchronize(self) -> None:
+        """Wait until the work queued on this stream has finished.
+
+        Raises
+        ------
+        RuntimeError
+            The driver's error (a failed kernel earlier on the stream included).
+
+        Examples
+        --------
+        >>> kaionb.current_stream().synchronize()
+        """
         from cuda.bindings import driver
 
         (err,) = driver.cuStreamSynchronize(self.handle)
@@ -405,7 +579,21 @@ _ThreadState.stream = _DEFAULT_STREAM = Stream(_handle=0)
 
 
 def current_stream() -> Stream:
-    """The stream kaionb ops on this thread run on (the current device's)."""
+    """Return the stream kaionb ops on this thread run on (the current device's).
+
+    The legacy default stream (handle 0) unless a ``with kaionb.stream(s):`` block says
+    otherwise.
+
+    Returns
+    -------
+    Stream
+        The current stream.
+
+    Examples
+    --------
+    >>> kaionb.current_stream().handle
+    0
+    """
     return STATE.stream
 
 
@@ -527,7 +715,39 @@ def _event_on(ordinal: int, stream_handle: int):
 
 @contextlib.contextmanager
 def stream(s):
-    """``with kaionb.stream(s):`` run the ops in the block on ``s`` (any stream-like object)."""
+    """Run the kaionb ops of a ``with`` block on stream ``s``.
+
+    ``with kaionb.stream(s):`` — ``s`` is any stream-like object of the current device
+    (for another device: ``with kaionb.device(n), kaionb.stream(s):``); the previous
+    stream comes back at the end of the block. The block's value is the wrapped
+    :class:`Stream`.
+
+    Parameters
+    ----------
+    s : stream-like
+        A kaionb, CuPy, PyTorch, numba or cuda.core stream, an object with
+        ``__cuda_stream__``, or a raw handle.
+
+    Yields
+    ------
+    Stream
+        ``s`` as a kaionb Stream.
+
+    Raises
+    ------
+    TypeError
+        An object that is not a stream.
+    ValueError
+        A negative handle, or a stream of another device or context.
+
+    Examples
+    --------
+    >>> s = kaionb.Stream()
+    >>> with kaionb.stream(s) as current:
+    ...     y = kaionb.arange(4) * 2
+    >>> current.handle == s.handle
+    True
+    """
     previous = current_stream()
     wrapped = Stream.wrap(s)
     _check_stream_context(wrapped.handle)

@@ -175,7 +175,65 @@ class Flags:
 
 
 class DeviceArray:
-    """An array in device memory. Create with ``kaionb.asarray``, ``empty``, ``zeros``, ..."""
+    """An n-dimensional array in GPU memory that speaks NumPy's vocabulary.
+
+    Create arrays with :func:`asarray`, :func:`empty`, :func:`zeros`, :func:`arange` and
+    the other creation functions; the constructor only wraps existing device memory
+    (no checks). Strides are in bytes, as NumPy's. Basic indexing (ints, slices with
+    steps, ``...``, ``None``) gives views; an integer array or a boolean mask gathers a
+    copy; ``a[key] = value`` writes in place. Operators (``+ - * / // % ** & | ^ ~``,
+    comparisons, ``@``) call kaionb's elementwise ops and :func:`matmul`. Host transfer
+    happens only when asked (:meth:`get`, :meth:`item`); ``np.asarray(a)`` refuses.
+    Other libraries import it zero-copy through ``__dlpack__`` (bfloat16 included) or
+    ``__cuda_array_interface__``; ``a.__array_namespace__()`` is the kaionb module.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The shape.
+    dtype : numpy.dtype
+        One of the dtypes kaionb stores.
+    strides : tuple of int
+        Byte strides, one per axis.
+    ptr : int
+        The device address of element ``[0, ..., 0]``.
+    owner : object
+        What keeps the memory alive (a cuda.core Buffer or the producer), or None.
+    device_id : int, optional
+        The ordinal of the GPU the memory is on.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The array's dimensions.
+    dtype : numpy.dtype
+        The element type.
+    strides : tuple of int
+        Bytes to step in each dimension.
+    ndim : int
+        The number of dimensions.
+    ptr : int
+        The device address of the first element.
+    device_id : int
+        The ordinal of the GPU the array lives on.
+    requires_grad : bool
+        Whether ops record this array's gradient on an active :class:`kaionb.grad.Tape`.
+    grad : DeviceArray or None
+        The gradient :meth:`kaionb.grad.Tape.backward` accumulated (float32).
+
+    Examples
+    --------
+    >>> a = kaionb.asarray(np.arange(6.0).reshape(2, 3))
+    >>> a.shape, a.dtype, a.strides
+    ((2, 3), dtype('float64'), (24, 8))
+    >>> a.T.get()
+    array([[0., 3.],
+           [1., 4.],
+           [2., 5.]])
+    >>> (a[:, 1:] * 2).get()
+    array([[ 2.,  4.],
+           [ 8., 10.]])
+    """
 
     __slots__ = ("shape", "strides", "dtype", "ptr", "device_id", "ndim", "_owner", "_layout",
                  "_numba_abi", "requires_grad", "grad", "__weakref__")
@@ -201,26 +259,70 @@ class DeviceArray:
     # -- NumPy vocabulary --------------------------------------------------------------
     @property
     def size(self) -> int:
+        """Number of elements: the product of ``shape``.
+
+        Examples
+        --------
+        >>> kaionb.zeros((2, 3)).size
+        6
+        """
         return self._numba_abi[2]
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element.
+
+        Examples
+        --------
+        >>> kaionb.zeros(4, kaionb.bfloat16).itemsize
+        2
+        """
         return self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
+        """Bytes the elements take: ``size * itemsize`` (a view's, not its base's).
+
+        Examples
+        --------
+        >>> kaionb.zeros((2, 3), np.float32).nbytes
+        24
+        """
         return self.size * self.dtype.itemsize
 
     @property
     def device(self) -> int:
+        """The ordinal of the GPU the array lives on (the array API's name).
+
+        Examples
+        --------
+        >>> kaionb.zeros(3, device=0).device
+        0
+        """
         return self.device_id
 
     @property
     def data_ptr(self) -> int:
+        """The device address of the first element (``ptr``).
+
+        Examples
+        --------
+        >>> a = kaionb.zeros(4)
+        >>> a[1:].data_ptr - a.data_ptr
+        8
+        """
         return self.ptr
 
     @property
     def is_c_contiguous(self) -> bool:
+        """Whether the elements lie in C order with no gaps.
+
+        Examples
+        --------
+        >>> a = kaionb.zeros((2, 3))
+        >>> a.is_c_contiguous, a.T.is_c_contiguous
+        (True, False)
+        """
         return self.size <= 1 or all(
             st == cst for d, st, cst in zip(self.shape, self.strides,
                                            _contiguous_strides(self.shape, self.itemsize))
@@ -228,6 +330,13 @@ class DeviceArray:
 
     @property
     def T(self) -> "DeviceArray":
+        """The view with the axes reversed, as :meth:`transpose` with no arguments.
+
+        Examples
+        --------
+        >>> kaionb.zeros((2, 3)).T.shape
+        (3, 2)
+        """
         return self.transpose()
 
     def __len__(self) -> int:
@@ -311,43 +420,357 @@ class DeviceArray:
 
     # -- reductions (kaionb.kernels.reductions; NumPy's result dtypes) -----------------------
     def sum(self, axis=None, *, dtype=None, keepdims=False, out=None):
+        """Sum over ``axis``, as :func:`kaionb.sum`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        dtype : dtype, optional
+            The result dtype; the input is cast to it first.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The sums (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.sum`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).get()
+        array([3., 7.])
+        """
         return _kernel("sum")(self, axis, dtype=dtype, keepdims=keepdims, out=out)
 
     def prod(self, axis=None, *, dtype=None, keepdims=False, out=None):
+        """Product over ``axis``, as :func:`kaionb.prod`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        dtype : dtype, optional
+            The result dtype; the input is cast to it first.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The products (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.prod`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).prod(axis=0).get()
+        array([3., 8.])
+        """
         return _kernel("prod")(self, axis, dtype=dtype, keepdims=keepdims, out=out)
 
     def mean(self, axis=None, *, keepdims=False, out=None):
+        """Arithmetic mean over ``axis``, as :func:`kaionb.mean`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The means (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.mean`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).mean().item()
+        2.5
+        """
         return _kernel("mean")(self, axis, keepdims=keepdims, out=out)
 
     def var(self, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
+        """Variance over ``axis``, as :func:`kaionb.var`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        correction : float, optional
+            Subtracted from N in the divisor.
+        ddof : float, optional
+            NumPy's name for ``correction``.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The variances (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.var`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).var(axis=1).get()
+        array([0.25, 0.25])
+        """
         return _kernel("var")(self, axis, correction=correction, ddof=ddof, keepdims=keepdims,
                               out=out)
 
     def std(self, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
+        """Standard deviation over ``axis``, as :func:`kaionb.std`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        correction : float, optional
+            Subtracted from N in the divisor.
+        ddof : float, optional
+            NumPy's name for ``correction``.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The standard deviations (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.std`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).std(axis=0).get()
+        array([1., 1.])
+        """
         return _kernel("std")(self, axis, correction=correction, ddof=ddof, keepdims=keepdims,
                               out=out)
 
     def max(self, axis=None, *, keepdims=False, out=None):
+        """Largest element over ``axis``, as :func:`kaionb.max`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The largest values (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.max`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).max(axis=1).get()
+        array([2., 4.])
+        """
         return _kernel("max")(self, axis, keepdims=keepdims, out=out)
 
     def min(self, axis=None, *, keepdims=False, out=None):
+        """Smallest element over ``axis``, as :func:`kaionb.min`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The smallest values (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.min`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).min(axis=0).get()
+        array([1., 2.])
+        """
         return _kernel("min")(self, axis, keepdims=keepdims, out=out)
 
     def argmax(self, axis=None, *, keepdims=False, out=None):
+        """Index of the largest element along ``axis``, as :func:`kaionb.argmax`.
+
+        Parameters
+        ----------
+        axis : int or None, optional
+            The axis to search; None searches the flattened array.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The int64 indices (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.argmax`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).argmax(axis=0).get()
+        array([1, 1])
+        """
         return _kernel("argmax")(self, axis, keepdims=keepdims, out=out)
 
     def argmin(self, axis=None, *, keepdims=False, out=None):
+        """Index of the smallest element along ``axis``, as :func:`kaionb.argmin`.
+
+        Parameters
+        ----------
+        axis : int or None, optional
+            The axis to search; None searches the flattened array.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The int64 indices (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.argmin`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).argmin(axis=1).get()
+        array([0, 0])
+        """
         return _kernel("argmin")(self, axis, keepdims=keepdims, out=out)
 
     def any(self, axis=None, *, keepdims=False, out=None):
+        """Test whether any element along ``axis`` is nonzero, as :func:`kaionb.any`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The bool results (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.any`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).any(axis=0).get()
+        array([ True,  True])
+        """
         return _kernel("any")(self, axis, keepdims=keepdims, out=out)
 
     def all(self, axis=None, *, keepdims=False, out=None):
+        """Test whether every element along ``axis`` is nonzero, as :func:`kaionb.all`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The axes to reduce; None reduces them all.
+        keepdims : bool, optional
+            Keep the reduced axes with size 1.
+        out : DeviceArray, optional
+            A C-contiguous array of the result's shape and dtype to write.
+
+        Returns
+        -------
+        DeviceArray
+            The bool results (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`kaionb.all`.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).all().item()
+        True
+        """
         return _kernel("all")(self, axis, keepdims=keepdims, out=out)
 
     # -- host scalars: each is an explicit device-to-host copy of one element -------------
     def item(self):
-        """The single element as a Python number (copies it to the host)."""
+        """Copy the single element to the host as a Python number.
+
+        Returns
+        -------
+        int, float or bool
+            The element (``numpy.ndarray.item``'s type for the dtype).
+
+        Raises
+        ------
+        ValueError
+            An array of more than one element, or of none.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[2.5]]).item()
+        2.5
+        """
         if self.size != 1:
             raise ValueError(f"DeviceArray.item: can only convert an array of size 1 to a "
                              f"Python scalar, got size {self.size}")
@@ -378,13 +801,30 @@ class DeviceArray:
 
     @property
     def flags(self) -> "Flags":
-        """Contiguity, as NumPy's ``ndarray.flags`` names it (``a.flags.c_contiguous``,
-        ``a.flags["C_CONTIGUOUS"]``)."""
+        """Contiguity, as NumPy's ``ndarray.flags`` names it.
+
+        ``a.flags.c_contiguous`` or ``a.flags["C_CONTIGUOUS"]`` (also ``"C"``,
+        ``"CONTIGUOUS"``), and the same for F (Fortran order).
+
+        Examples
+        --------
+        >>> a = kaionb.zeros((2, 3))
+        >>> a.flags.c_contiguous, a.T.flags["F_CONTIGUOUS"]
+        (True, True)
+        """
         return Flags(self.is_c_contiguous, self.transpose().is_c_contiguous)
 
     @property
     def mT(self) -> "DeviceArray":
-        """The last two axes swapped (the array API's matrix transpose)."""
+        """The view with the last two axes swapped (the array API's matrix transpose).
+
+        Raises ValueError for an array of fewer than 2 dimensions.
+
+        Examples
+        --------
+        >>> kaionb.zeros((4, 2, 3)).mT.shape
+        (4, 3, 2)
+        """
         if self.ndim < 2:
             raise ValueError(f"mT: needs at least 2 dimensions, got {self.ndim}")
         axes = list(range(self.ndim))
@@ -406,6 +846,28 @@ class DeviceArray:
                            self.ptr + offset_bytes, self._owner, self.device_id)
 
     def transpose(self, *axes) -> "DeviceArray":
+        """Return the view with the axes permuted, as ``numpy.ndarray.transpose``.
+
+        Parameters
+        ----------
+        *axes : int or tuple of int
+            The new order of the axes, as ints or one sequence; none reverses them.
+
+        Returns
+        -------
+        DeviceArray
+            A view of the same memory.
+
+        Raises
+        ------
+        ValueError
+            Axes that are not a permutation of the array's.
+
+        Examples
+        --------
+        >>> kaionb.zeros((2, 3, 4)).transpose(1, 0, 2).shape
+        (3, 2, 4)
+        """
         return self._permuted(axes, "transpose")
 
     def _permuted(self, axes: tuple, where: str) -> "DeviceArray":
@@ -422,8 +884,35 @@ class DeviceArray:
         return self._view([self.shape[a] for a in axes], [self.strides[a] for a in axes])
 
     def reshape(self, *shape) -> "DeviceArray":
-        """A view when the memory layout allows it (as NumPy decides), else a contiguous
-        copy."""
+        """Return the array with a new shape: a view when the layout allows, else a copy.
+
+        A view when the memory layout allows it (as NumPy decides), else a C-contiguous
+        copy.
+
+        Parameters
+        ----------
+        *shape : int or tuple of int
+            The new shape, as ints or one tuple; one entry may be -1 (inferred).
+
+        Returns
+        -------
+        DeviceArray
+            The reshaped array.
+
+        Raises
+        ------
+        TypeError
+            Shape entries that are not ints.
+        ValueError
+            A shape of another size, or more than one -1.
+
+        Examples
+        --------
+        >>> a = kaionb.asarray(np.arange(6.0))
+        >>> a.reshape(2, -1).get()
+        array([[0., 1., 2.],
+               [3., 4., 5.]])
+        """
         if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
             shape = tuple(shape[0])
         shape = list(shape)
@@ -448,18 +937,91 @@ class DeviceArray:
         return self._view(shape, strides)
 
     def squeeze(self, axis=None) -> "DeviceArray":
+        """Return the view without size-1 axes, as :func:`kaionb.squeeze`.
+
+        Parameters
+        ----------
+        axis : int, tuple of int or None, optional
+            The size-1 axes to remove; None removes all of them.
+
+        Returns
+        -------
+        DeviceArray
+            A view of the same memory.
+
+        Raises
+        ------
+        ValueError
+            An axis whose size is not 1.
+        numpy.exceptions.AxisError
+            An axis out of range.
+
+        Examples
+        --------
+        >>> kaionb.zeros((1, 3, 1)).squeeze().shape
+        (3,)
+        """
         return squeeze(self, axis)
 
     def ravel(self) -> "DeviceArray":
-        """1-D: a view when contiguous, else a copy (as NumPy)."""
+        """Return the elements as a 1-D array: a view when contiguous, else a copy.
+
+        As ``numpy.ravel``: C order.
+
+        Returns
+        -------
+        DeviceArray
+            The 1-D array.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1, 2], [3, 4]]).T.ravel().get()
+        array([1, 3, 2, 4])
+        """
         return self.reshape(-1)
 
     def flatten(self) -> "DeviceArray":
-        """A 1-D copy."""
+        """Return a 1-D copy of the elements in C order.
+
+        Returns
+        -------
+        DeviceArray
+            A new C-contiguous 1-D array.
+
+        Examples
+        --------
+        >>> kaionb.asarray([[1, 2], [3, 4]]).flatten().get()
+        array([1, 2, 3, 4])
+        """
         return self.copy().reshape(-1)
 
     def view(self, dtype) -> "DeviceArray":
-        """The same bytes read as another dtype of the same itemsize (e.g. bf16 as uint16)."""
+        """Return the same bytes read as another dtype of the same itemsize.
+
+        For example bfloat16 as uint16 (a view: no copy, no conversion).
+
+        Parameters
+        ----------
+        dtype : dtype
+            A dtype kaionb stores, of the array's itemsize.
+
+        Returns
+        -------
+        DeviceArray
+            A view of the same memory.
+
+        Raises
+        ------
+        TypeError
+            A dtype kaionb does not store.
+        ValueError
+            A dtype of another itemsize.
+
+        Examples
+        --------
+        >>> kaionb.asarray([1.0], dtype=kaionb.bfloat16).view(np.uint16).get()
+        array([16256], dtype=uint16)
+        """
         dt = normalize_dtype(dtype, "DeviceArray.view")
         if dt.itemsize != self.itemsize:
             raise ValueError(f"DeviceArray.view: {dt} has itemsize {dt.itemsize}, the array's "
@@ -518,15 +1080,51 @@ class DeviceArray:
 
     # -- copies and conversion ------------------------------------------------------------
     def copy(self) -> "DeviceArray":
-        """A C-contiguous copy on the array's device."""
+        """Return a C-contiguous copy on the array's device.
+
+        Returns
+        -------
+        DeviceArray
+            The copy (new memory).
+
+        Examples
+        --------
+        >>> a = kaionb.zeros((2, 3))
+        >>> b = a.T.copy()
+        >>> b.is_c_contiguous, b.ptr != a.ptr
+        (True, True)
+        """
         with on_device(self.device_id):
             out = empty(self.shape, self.dtype)
             _copy_into(out, self)
         return out
 
     def astype(self, dtype) -> "DeviceArray":
-        """A converted copy on the array's device (float ↔ half types round to nearest
-        even)."""
+        """Return a copy converted to ``dtype`` on the array's device.
+
+        Float to half types (float16, bfloat16) rounds to nearest even; floats to integers
+        truncate, as NumPy's ``astype``. Always a copy, even for the same dtype.
+
+        Parameters
+        ----------
+        dtype : dtype
+            A dtype kaionb stores.
+
+        Returns
+        -------
+        DeviceArray
+            A new C-contiguous array.
+
+        Raises
+        ------
+        TypeError
+            Something that is not a dtype, or a dtype kaionb does not store.
+
+        Examples
+        --------
+        >>> kaionb.asarray([1.5, -2.7]).astype(np.int32).get()
+        array([ 1, -2], dtype=int32)
+        """
         dt = normalize_dtype(dtype, "astype")
         if dt == self.dtype:
             return self.copy()
@@ -536,11 +1134,38 @@ class DeviceArray:
         return out
 
     def to(self, device, *, stream=None) -> "DeviceArray":
-        """This array on GPU ``device`` (an ordinal, ``kaionb.Device``, ``torch.device``
-        or ``"cuda:N"``): the array itself when it lives there, else a C-contiguous copy
-        (peer-to-peer where the GPUs allow it, through the host otherwise), ordered after
-        the work queued on the source device's current stream and queued on the
-        destination device's (``stream``: a stream of the destination device instead)."""
+        """Return this array on GPU ``device``: itself when it lives there, else a copy.
+
+        The copy is C-contiguous, peer-to-peer where the GPUs allow it (through the host
+        otherwise), ordered after the work queued on the source device's current stream
+        and queued on the destination device's current stream.
+
+        Parameters
+        ----------
+        device : int, kaionb.Device, torch.device or str
+            The destination: an ordinal, a ``kaionb.Device``, a ``torch.device`` or
+            ``"cuda:N"``.
+        stream : stream-like, optional
+            A stream of the destination device to queue the copy on instead.
+
+        Returns
+        -------
+        DeviceArray
+            The array on ``device``.
+
+        Raises
+        ------
+        TypeError
+            A ``device`` that names no device, or a ``stream`` that is not a stream.
+        ValueError
+            An ordinal no GPU has, or a stream of another device.
+
+        Examples
+        --------
+        >>> a = kaionb.zeros(3)
+        >>> a.to(0) is a
+        True
+        """
         ordinal = device_ordinal(device, "DeviceArray.to")
         if ordinal == self.device_id:
             return self
@@ -557,11 +1182,59 @@ class DeviceArray:
         return out
 
     def to_device(self, device, /, *, stream=None) -> "DeviceArray":
-        """The array API's name for :meth:`to`."""
+        """Return this array on GPU ``device``: the array API's name for :meth:`to`.
+
+        Parameters
+        ----------
+        device : int, kaionb.Device, torch.device or str
+            The destination, as :meth:`to` takes it.
+        stream : stream-like, optional
+            A stream of the destination device to queue the copy on instead.
+
+        Returns
+        -------
+        DeviceArray
+            The array on ``device`` (itself when it lives there).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`to`.
+
+        Examples
+        --------
+        >>> a = kaionb.zeros(3)
+        >>> a.to_device(0).device
+        0
+        """
         return self.to(device, stream=stream)
 
     def fill(self, value) -> "DeviceArray":
-        """Set every element to ``value`` (in place); returns self."""
+        """Set every element to ``value``, in place.
+
+        A contiguous array is filled with one stream-ordered memset of the value's bits;
+        other layouts through a converting copy.
+
+        Parameters
+        ----------
+        value : scalar
+            The value, converted to the array's dtype (as NumPy's unsafe cast).
+
+        Returns
+        -------
+        DeviceArray
+            The array itself.
+
+        Raises
+        ------
+        ValueError
+            A value NumPy cannot convert to the dtype (a non-numeric string).
+
+        Examples
+        --------
+        >>> kaionb.empty(3, np.int32).fill(7).get()
+        array([7, 7, 7], dtype=int32)
+        """
         if self.size == 0:
             return self
         with on_device(self.device_id):
@@ -572,7 +1245,32 @@ class DeviceArray:
         return self
 
     def get(self, stream=None) -> np.ndarray:
-        """Copy to a new NumPy array (waits for the stream the copy runs on)."""
+        """Copy the array to a new NumPy array on the host.
+
+        The copy runs on ``stream`` (default: the current stream of the array's device) and
+        this call waits for it; a non-contiguous array is made contiguous on the device
+        first.
+
+        Parameters
+        ----------
+        stream : stream-like, optional
+            The stream to copy on (any stream-like object).
+
+        Returns
+        -------
+        numpy.ndarray
+            The elements, C-contiguous, in the array's dtype.
+
+        Raises
+        ------
+        RuntimeError
+            While the stream captures a CUDA graph (a host copy would wait for the GPU).
+
+        Examples
+        --------
+        >>> kaionb.asarray([1, 2, 3]).get()
+        array([1, 2, 3])
+        """
         host = np.empty(self.shape, self.dtype)
         if not self.size:
             return host
@@ -690,9 +1388,41 @@ def _order_streams(producer: int, consumer: int) -> None:
 # -- creation --------------------------------------------------------------------------------
 
 def empty(shape, dtype=np.float64, *, device=None) -> DeviceArray:
-    """Uninitialised device memory from the stream-ordered allocator of ``device`` (default:
-    the current device), on its current stream (while the stream captures a CUDA graph:
-    the graph's own memory, see :func:`_allocate`)."""
+    """Return a new C-contiguous array of uninitialised device memory.
+
+    Memory comes from the stream-ordered allocator of ``device`` (default: the current
+    device), on its current stream; while that stream captures a CUDA graph, from the
+    graph's own memory (an allocation node, freed when the array dies). A zero-size shape
+    allocates nothing.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The shape.
+    dtype : dtype, optional
+        A dtype kaionb stores; float64 by default, as NumPy's.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU: an ordinal, a ``kaionb.Device``, a ``torch.device`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    DeviceArray
+        The new array (its elements are whatever the memory held).
+
+    Raises
+    ------
+    TypeError
+        A shape that is not an int or a tuple of ints, a dtype kaionb does not store, or a
+        ``device`` that names no device.
+    ValueError
+        A negative shape entry, or an ordinal no GPU has.
+
+    Examples
+    --------
+    >>> a = kaionb.empty((2, 3), np.float32)
+    >>> a.shape, a.dtype
+    ((2, 3), dtype('float32'))
+    """
     return _on_device_of(device, "empty", _empty, shape, dtype)
 
 
@@ -751,9 +1481,39 @@ def _allocate(nbytes: int):
 
 
 def zeros(shape, dtype=np.float64, *, device=None) -> DeviceArray:
-    """A new C-contiguous device array of ``shape`` filled with zeros (one stream-ordered
-    memset) on ``device`` (default: the current one). ``dtype`` defaults to float64, as
-    NumPy's."""
+    """Return a new C-contiguous array filled with zeros.
+
+    One stream-ordered memset on the current stream of ``device`` (default: the current
+    device).
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The shape.
+    dtype : dtype, optional
+        A dtype kaionb stores; float64 by default, as NumPy's.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU: an ordinal, a ``kaionb.Device``, a ``torch.device`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    DeviceArray
+        The new array of zeros.
+
+    Raises
+    ------
+    TypeError
+        A shape that is not an int or a tuple of ints, a dtype kaionb does not store, or a
+        ``device`` that names no device.
+    ValueError
+        A negative shape entry, or an ordinal no GPU has.
+
+    Examples
+    --------
+    >>> kaionb.zeros((2, 2)).get()
+    array([[0., 0.],
+           [0., 0.]])
+    """
     return _on_device_of(device, "zeros", _zeros, shape, dtype)
 
 
@@ -780,9 +1540,43 @@ def _refuse_in_capture(where: str, handle: int) -> None:
 
 
 def full(shape, fill_value, dtype=None, *, device=None) -> DeviceArray:
-    """A new C-contiguous device array of ``shape`` with every element ``fill_value``, on
-    ``device`` (default: the current one); ``dtype`` defaults to NumPy's for the value
-    (``np.asarray(fill_value).dtype``)."""
+    """Return a new C-contiguous array with every element ``fill_value``.
+
+    Made on ``device`` (default: the current one) and filled on the device (a memset of
+    the value's bits).
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The shape.
+    fill_value : scalar
+        The value of every element, converted to ``dtype``.
+    dtype : dtype, optional
+        A dtype kaionb stores; by default NumPy's for the value
+        (``np.asarray(fill_value).dtype``: int64 for an int, float64 for a float).
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU: an ordinal, a ``kaionb.Device``, a ``torch.device`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    DeviceArray
+        The new array.
+
+    Raises
+    ------
+    TypeError
+        A shape that is not an int or a tuple of ints, a dtype kaionb does not store (a
+        string value's included), or a ``device`` that names no device.
+    ValueError
+        A negative shape entry, or an ordinal no GPU has.
+
+    Examples
+    --------
+    >>> kaionb.full((3,), 7).get()
+    array([7, 7, 7])
+    >>> kaionb.full((2,), 0.5, np.float32).get()
+    array([0.5, 0.5], dtype=float32)
+    """
     return _full("full", shape, fill_value, dtype, device)
 
 
@@ -794,22 +1588,83 @@ def _full(where: str, shape, fill_value, dtype, device) -> DeviceArray:
 
 
 def empty_like(a, dtype=None, *, device=None) -> DeviceArray:
-    """:func:`empty` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
-    (unless ``device`` is given)."""
+    """Return a new uninitialised array with the shape, dtype and device of ``a``.
+
+    :func:`empty` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
+    (unless ``device`` is given).
+
+    Parameters
+    ----------
+    a : DeviceArray
+        The array whose shape (and dtype, device) to take.
+    dtype : dtype, optional
+        The dtype instead of ``a``'s.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU instead of ``a``'s.
+
+    Returns
+    -------
+    DeviceArray
+        The new array (its elements are whatever the memory held).
+
+    Raises
+    ------
+    TypeError
+        A dtype kaionb does not store, or a ``device`` that names no device.
+    ValueError
+        An ordinal no GPU has.
+
+    Examples
+    --------
+    >>> a = kaionb.zeros((2, 3), np.float16)
+    >>> b = kaionb.empty_like(a)
+    >>> b.shape, b.dtype
+    ((2, 3), dtype('float16'))
+    """
     return _on_device_of(a.device_id if device is None else device, "empty_like", _empty,
                          a.shape, a.dtype if dtype is None else dtype, "empty_like")
 
 
 def zeros_like(a, dtype=None, *, device=None) -> DeviceArray:
-    """:func:`zeros` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
-    (unless ``device`` is given)."""
+    """Return a new array of zeros with the shape, dtype and device of ``a``.
+
+    :func:`zeros` with ``a``'s shape, dtype (unless ``dtype`` is given) and device
+    (unless ``device`` is given).
+
+    Parameters
+    ----------
+    a : DeviceArray
+        The array whose shape (and dtype, device) to take.
+    dtype : dtype, optional
+        The dtype instead of ``a``'s.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU instead of ``a``'s.
+
+    Returns
+    -------
+    DeviceArray
+        The new array of zeros.
+
+    Raises
+    ------
+    TypeError
+        A dtype kaionb does not store, or a ``device`` that names no device.
+    ValueError
+        An ordinal no GPU has.
+
+    Examples
+    --------
+    >>> a = kaionb.asarray([[1, 2], [3, 4]])
+    >>> kaionb.zeros_like(a).get()
+    array([[0, 0],
+           [0, 0]])
+    """
     return _on_device_of(a.device_id if device is None else device, "zeros_like", _zeros,
                          a.shape, a.dtype if dtype is None else dtype, "zeros_like")
 
 
 def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
-    """A DeviceArray from ``obj``, on ``device`` when given (an ordinal, ``kaionb.Device``,
-    ``torch.device`` or ``"cuda:N"``).
+    """Return ``obj`` as a DeviceArray: zero-copy for GPU memory, a copy for host data.
 
     - DeviceArray: returned as is (converted on the device if ``dtype`` differs).
     - GPU memory of another library (``__dlpack__`` or ``__cuda_array_interface__``: CuPy,
@@ -820,6 +1675,40 @@ def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
 
     GPU memory on another device than ``device`` is copied there (``copy=False``: a
     ValueError instead).
+
+    Parameters
+    ----------
+    obj : DeviceArray, array_like or GPU array of another library
+        What to convert.
+    dtype : dtype, optional
+        The dtype of the result (converted on the device when it differs).
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU: an ordinal, a ``kaionb.Device``, a ``torch.device`` or ``"cuda:N"``.
+    copy : bool, optional
+        True: always copy. False: never copy (raise instead). None: copy only when needed.
+
+    Returns
+    -------
+    DeviceArray
+        The array (``obj`` itself for a DeviceArray that needs no conversion).
+
+    Raises
+    ------
+    TypeError
+        Data NumPy cannot convert, or of a dtype kaionb does not store (strings, objects,
+        complex), or a ``device`` that names no device.
+    ValueError
+        ``copy=False`` where a copy is needed (host data, another device), host memory of
+        another library without ``copy=True``, memory of a non-CUDA device, or an ordinal
+        no GPU has.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray(np.arange(3.0))
+    >>> x.get()
+    array([0., 1., 2.])
+    >>> kaionb.asarray([1, 2], dtype=np.float32).dtype
+    dtype('float32')
     """
     ordinal = None if device is None else device_ordinal(device, "asarray")
     if isinstance(obj, DeviceArray):
@@ -847,8 +1736,36 @@ def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
 
 
 def from_dlpack(obj) -> DeviceArray:
-    """Zero-copy import of a CUDA-resident DLPack producer (a capsule alone is not accepted:
-    DLPack's stream hand-off needs the producer object)."""
+    """Import a CUDA-resident DLPack producer zero-copy.
+
+    A capsule alone is not accepted: DLPack's stream hand-off needs the producer object
+    (a torch tensor, a CuPy or JAX array, a DeviceArray). The result views the
+    producer's memory and keeps the producer alive.
+
+    Parameters
+    ----------
+    obj : object
+        An object with ``__dlpack__`` whose memory is on a CUDA device.
+
+    Returns
+    -------
+    DeviceArray
+        A view of ``obj``'s memory.
+
+    Raises
+    ------
+    TypeError
+        An object without ``__dlpack__``, or one whose dtype kaionb does not store.
+    ValueError
+        Host memory, or memory of a non-CUDA device.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([1.0, 2.0])
+    >>> y = kaionb.from_dlpack(x)    # any __dlpack__ producer: torch, CuPy, JAX
+    >>> y.ptr == x.ptr
+    True
+    """
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"from_dlpack: expected an object with __dlpack__, got "
                         f"{type(obj).__name__}")
@@ -931,8 +1848,36 @@ def _axis_index(op: str, axis, ndim: int) -> int:
 
 
 def broadcast_to(x: DeviceArray, /, shape) -> DeviceArray:
-    """A read-only-by-convention view of ``x`` with ``shape`` (stride 0 along stretched
-    axes), as ``np.broadcast_to``."""
+    """Return a view of ``x`` broadcast to ``shape``, as ``np.broadcast_to``.
+
+    Stride 0 along stretched and new axes; read-only by convention (writing through it
+    writes the same element several times).
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    shape : int or tuple of int
+        The shape to broadcast to.
+
+    Returns
+    -------
+    DeviceArray
+        A view of ``x``'s memory.
+
+    Raises
+    ------
+    TypeError
+        A shape that is not an int or a tuple of ints.
+    ValueError
+        A shape ``x`` does not broadcast to.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([1, 2, 3])
+    >>> kaionb.broadcast_to(x, (2, 3)).strides
+    (0, 8)
+    """
     shape = normalize_shape(shape, "broadcast_to")
     pad = len(shape) - x.ndim
     if pad < 0 or any(d != n and d != 1 for d, n in zip(x.shape, shape[pad:])):
@@ -945,14 +1890,66 @@ def broadcast_to(x: DeviceArray, /, shape) -> DeviceArray:
 
 
 def expand_dims(x: DeviceArray, /, axis=0) -> DeviceArray:
-    """A view with a new size-1 axis at ``axis`` (of the result)."""
+    """Return a view of ``x`` with a new size-1 axis at ``axis``.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    axis : int, optional
+        Where the new axis is, in the result's axes (negative counts from the end).
+
+    Returns
+    -------
+    DeviceArray
+        A view of ``x``'s memory.
+
+    Raises
+    ------
+    TypeError
+        An axis that is not an int.
+    numpy.exceptions.AxisError
+        An axis out of range of the result's dimensions.
+
+    Examples
+    --------
+    >>> kaionb.expand_dims(kaionb.zeros((2, 3)), axis=-1).shape
+    (2, 3, 1)
+    """
     axis = _axis_index("expand_dims", axis, x.ndim + 1)
     return x._view(x.shape[:axis] + (1,) + x.shape[axis:],
                    x.strides[:axis] + (0,) + x.strides[axis:])
 
 
 def squeeze(x: DeviceArray, /, axis=None) -> DeviceArray:
-    """A view without the size-1 axes ``axis`` (None: all of them)."""
+    """Return a view of ``x`` without size-1 axes.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    axis : int, tuple of int or None, optional
+        The size-1 axes to remove; None removes all of them.
+
+    Returns
+    -------
+    DeviceArray
+        A view of ``x``'s memory.
+
+    Raises
+    ------
+    TypeError
+        An axis that is not an int.
+    ValueError
+        An axis whose size is not 1.
+    numpy.exceptions.AxisError
+        An axis out of range.
+
+    Examples
+    --------
+    >>> kaionb.squeeze(kaionb.zeros((1, 3, 1)), axis=0).shape
+    (3, 1)
+    """
     if axis is None:
         axes = {i for i, d in enumerate(x.shape) if d == 1}
     else:
@@ -967,7 +1964,32 @@ def squeeze(x: DeviceArray, /, axis=None) -> DeviceArray:
 
 
 def flip(x: DeviceArray, /, *, axis=None) -> DeviceArray:
-    """A view with the order of elements along ``axis`` (None: every axis) reversed."""
+    """Return a view of ``x`` with the order of elements along ``axis`` reversed.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    axis : int, tuple of int or None, optional
+        The axes to reverse; None reverses every axis.
+
+    Returns
+    -------
+    DeviceArray
+        A view of ``x``'s memory (negative strides).
+
+    Raises
+    ------
+    TypeError
+        An axis that is not an int.
+    numpy.exceptions.AxisError
+        An axis out of range.
+
+    Examples
+    --------
+    >>> kaionb.flip(kaionb.asarray([1, 2, 3])).get()
+    array([3, 2, 1])
+    """
     axes = range(x.ndim) if axis is None else {
         _axis_index("flip", a, x.ndim) for a in (axis if isinstance(axis, tuple) else (axis,))}
     key = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(x.ndim))
@@ -975,7 +1997,36 @@ def flip(x: DeviceArray, /, *, axis=None) -> DeviceArray:
 
 
 def moveaxis(x: DeviceArray, source, destination, /) -> DeviceArray:
-    """A view with axes ``source`` moved to ``destination`` (ints or tuples)."""
+    """Return a view of ``x`` with axes ``source`` moved to ``destination``.
+
+    The other axes keep their order, as ``np.moveaxis``.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    source, destination : int or tuple of int
+        The axes to move and where they go (the same number of each).
+
+    Returns
+    -------
+    DeviceArray
+        A view of ``x``'s memory.
+
+    Raises
+    ------
+    TypeError
+        An axis that is not an int.
+    ValueError
+        ``source`` and ``destination`` of different lengths, or a repeated axis.
+    numpy.exceptions.AxisError
+        An axis out of range.
+
+    Examples
+    --------
+    >>> kaionb.moveaxis(kaionb.zeros((2, 3, 4)), 0, -1).shape
+    (3, 4, 2)
+    """
     src = source if isinstance(source, tuple) else (source,)
     dst = destination if isinstance(destination, tuple) else (destination,)
     if len(src) != len(dst):
@@ -992,13 +2043,66 @@ def moveaxis(x: DeviceArray, source, destination, /) -> DeviceArray:
 
 
 def permute_dims(x: DeviceArray, /, axes) -> DeviceArray:
-    """The array API's name for ``x.transpose(axes)``."""
+    """Return a view of ``x`` with its axes permuted: the array API's ``x.transpose(axes)``.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    axes : tuple of int
+        The new order of the axes.
+
+    Returns
+    -------
+    DeviceArray
+        A view of ``x``'s memory.
+
+    Raises
+    ------
+    ValueError
+        Axes that are not a permutation of ``x``'s.
+
+    Examples
+    --------
+    >>> kaionb.permute_dims(kaionb.zeros((2, 3, 4)), (2, 0, 1)).shape
+    (4, 2, 3)
+    """
     return x._permuted((axes,), "permute_dims")
 
 
 def reshape(x: DeviceArray, /, shape, *, copy=None) -> DeviceArray:
-    """``x.reshape(shape)``: a view when the layout allows, else a copy (``copy=False``
-    refuses the copy with ValueError, ``copy=True`` always copies)."""
+    """Return ``x`` with a new shape: ``x.reshape(shape)``, a view when the layout allows.
+
+    A view when the memory layout allows it (as NumPy decides), else a C-contiguous copy.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array.
+    shape : int or tuple of int
+        The new shape; one entry may be -1 (inferred).
+    copy : bool, optional
+        True: always copy. False: refuse a copy (ValueError). None: copy only when needed.
+
+    Returns
+    -------
+    DeviceArray
+        The reshaped array.
+
+    Raises
+    ------
+    TypeError
+        Shape entries that are not ints.
+    ValueError
+        A shape of another size, more than one -1, or ``copy=False`` for a layout that
+        needs a copy.
+
+    Examples
+    --------
+    >>> kaionb.reshape(kaionb.asarray(np.arange(4)), (2, 2)).get()
+    array([[0, 1],
+           [2, 3]])
+    """
     if copy:
         return x.copy().reshape(shape)
     if copy is False and not x.is_c_contiguous and x.size > 1:

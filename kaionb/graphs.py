@@ -32,7 +32,27 @@ __all__ = ["Graph", "graph"]
 
 
 class Graph:
-    """A captured sequence of kaionb launches (see the module doc): ``replay()`` runs it."""
+    """A captured sequence of kaionb launches: :meth:`replay` runs it.
+
+    Made by :func:`graph`. A graph holds pointers: each replay reads the inputs and
+    writes the outputs that the captured calls saw, and the graph keeps that memory
+    alive for as long as it lives. Arrays allocated during the capture belong to the
+    graph; one that outlives the ``with`` block holds the result of the latest replay.
+
+    Attributes
+    ----------
+    device : int
+        The ordinal of the device whose work it captured.
+
+    Examples
+    --------
+    >>> x = kaionb.ones(4, dtype=np.float32)
+    >>> with kaionb.graph() as g:
+    ...     y = x * 2
+    >>> g.replay()
+    >>> y.get()
+    array([2., 2., 2., 2.], dtype=float32)
+    """
 
     def __init__(self):
         self._graph = None  # the cuda.core Graph, once the capture ends
@@ -40,8 +60,22 @@ class Graph:
         self.device = STATE.ordinal  # the device whose work it captured
 
     def keep(self, arrays) -> None:
-        """Called for each captured launch: hold the memory of its array arguments. The
-        graph's own allocations need no holding (they live with the graph)."""
+        """Hold the memory of a captured launch's array arguments (called by the capture).
+
+        The graph's own allocations need no holding (they live with the graph).
+
+        Parameters
+        ----------
+        arrays : iterable of DeviceArray
+            The launch's array arguments.
+
+        Examples
+        --------
+        >>> g = kaionb.Graph()
+        >>> g.keep([kaionb.zeros(4)])
+        >>> g.kept_buffers
+        1
+        """
         from cuda.core import GraphMemoryResource
 
         for a in arrays:
@@ -53,8 +87,29 @@ class Graph:
             self._kept[id(owner)] = owner
 
     def replay(self, stream=None) -> None:
-        """Run the captured launches on ``stream`` (default: this thread's current stream
-        of the graph's device), after the work queued there so far."""
+        """Run the captured launches, after the work queued on the stream so far.
+
+        Parameters
+        ----------
+        stream : stream-like, optional
+            Where to run (default: this thread's current stream of the graph's device).
+
+        Raises
+        ------
+        RuntimeError
+            A graph still capturing, whose capture failed, or closed.
+        TypeError
+            A ``stream`` that is not a stream.
+
+        Examples
+        --------
+        >>> x = kaionb.zeros(3, np.int32)
+        >>> with kaionb.graph() as g:
+        ...     x += 1
+        >>> g.replay(); g.replay()
+        >>> x.get()
+        array([2, 2, 2], dtype=int32)
+        """
         if self._graph is None:
             raise RuntimeError("kaionb.Graph.replay: the graph is not complete (still "
                                "capturing, or the capture failed) or was closed")
@@ -64,7 +119,27 @@ class Graph:
             self._graph.launch(target.as_core())
 
     def upload(self, stream=None) -> None:
-        """Prepare the graph's launch resources ahead of the first replay (optional)."""
+        """Prepare the graph's launch resources ahead of the first replay (optional).
+
+        Parameters
+        ----------
+        stream : stream-like, optional
+            The stream to upload on (default: the current stream of the graph's device).
+
+        Raises
+        ------
+        RuntimeError
+            A graph that is not complete or was closed.
+        TypeError
+            A ``stream`` that is not a stream.
+
+        Examples
+        --------
+        >>> x = kaionb.zeros(3)
+        >>> with kaionb.graph() as g:
+        ...     y = x + 1
+        >>> g.upload()
+        """
         if self._graph is None:
             raise RuntimeError("kaionb.Graph.upload: the graph is not complete or was closed")
         with device(self.device):
@@ -73,8 +148,22 @@ class Graph:
             self._graph.upload(target.as_core())
 
     def close(self) -> None:
-        """Release the graph and the memory it holds (after work queued on it finishes:
-        the driver defers the release)."""
+        """Release the graph and the memory it holds.
+
+        The driver defers the release until the work queued on it finishes; a closed
+        graph cannot replay.
+
+        Raises
+        ------
+        RuntimeError
+            The driver's error, if releasing fails.
+
+        Examples
+        --------
+        >>> with kaionb.graph() as g:
+        ...     y = kaionb.zeros(3) + 1
+        >>> g.close()
+        """
         if self._graph is not None:
             self._graph.close()
             self._graph = None
@@ -82,7 +171,16 @@ class Graph:
 
     @property
     def kept_buffers(self) -> int:
-        """How many separate allocations the graph keeps alive (inputs, outputs)."""
+        """How many separate allocations the graph keeps alive (inputs, outputs).
+
+        Examples
+        --------
+        >>> x = kaionb.ones(4)
+        >>> with kaionb.graph() as g:
+        ...     y = x + 1
+        >>> g.kept_buffers >= 1
+        True
+        """
         return len(self._kept)
 
 
@@ -90,9 +188,43 @@ class Graph:
 def graph(stream=None):
     """Capture the kaionb ops of the ``with`` block into a :class:`Graph`.
 
-    The ops run on a capturing stream: a new one, or ``stream`` (any stream-like object
-    of the current device; not the legacy default stream, which cannot capture). An
-    exception inside the block ends the capture and discards it; the context stays usable.
+    The ops run nothing during the capture: they are recorded on a capturing stream, a
+    new one or ``stream`` (any stream-like object of the current device; not the legacy
+    default stream, which cannot capture). An exception inside the block ends the
+    capture and discards it; the context stays usable. What cannot be captured raises
+    before anything is queued: host transfers (``.get()``, ``asarray`` of host memory)
+    wait for the GPU, which a capturing stream cannot do. Under ``torch.cuda.graph`` or
+    CuPy's ``Stream.begin_capture``, run the ops in ``with kaionb.stream(capturing):``
+    instead.
+
+    Parameters
+    ----------
+    stream : stream-like, optional
+        The stream to capture on (default: a new one).
+
+    Yields
+    ------
+    Graph
+        The graph, complete (replayable) once the block ends.
+
+    Raises
+    ------
+    TypeError
+        A ``stream`` that is not a stream.
+    ValueError
+        The default stream as ``stream``.
+    RuntimeError
+        A capture already in progress on this thread (captures do not nest).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray(np.arange(4.0))
+    >>> with kaionb.graph() as g:
+    ...     y = kaionb.exp(x) + 1
+    >>> x[...] = 0.0          # new inputs, written into the same memory
+    >>> g.replay()
+    >>> y.get()
+    array([2., 2., 2., 2.])
     """
     if STATE.capture is not None:
         raise RuntimeError("kaionb.graph: a capture is already in progress on this thread "

@@ -35,10 +35,33 @@ __all__ = ["Generator", "default_rng", "integers", "normal", "random", "standard
 
 
 class Generator:
-    """Draws device arrays (:class:`~kaionb.DeviceArray`) with NumPy's ``Generator``
-    methods. ``seed``: an int >= 0, a ``numpy.random.SeedSequence``, or None for fresh
-    entropy (``SeedSequence()``). ``size=None`` gives a 0-d array; ``out=`` fills a
-    C-contiguous device array of the draw's shape and dtype."""
+    """Draw device arrays (:class:`~kaionb.DeviceArray`) with NumPy's ``Generator`` methods.
+
+    A 64-bit Philox4x32-10 key derived from the seed by NumPy's ``SeedSequence``, and a
+    counter of Philox blocks used: each draw takes the next blocks, so successive draws
+    differ and the whole sequence is reproduced from the seed (the values are not
+    NumPy's). ``size=None`` gives a 0-d array (or ``out``'s shape); ``out=`` fills a
+    C-contiguous device array of the draw's shape and dtype.
+
+    Parameters
+    ----------
+    seed : int, numpy.random.SeedSequence or None, optional
+        An int >= 0, a ``SeedSequence``, or None for fresh entropy (``SeedSequence()``).
+
+    Raises
+    ------
+    TypeError
+        A seed of another type (a bool or a string included).
+    ValueError
+        A negative seed.
+
+    Examples
+    --------
+    >>> rng = kaionb.random.Generator(42)
+    >>> x = rng.standard_normal((4096, 4096), dtype=np.float32)
+    >>> x.shape, x.dtype
+    ((4096, 4096), dtype('float32'))
+    """
 
     def __init__(self, seed=None):
         if isinstance(seed, np.random.SeedSequence):
@@ -56,48 +79,247 @@ class Generator:
 
     @property
     def key(self) -> int:
-        """The 64-bit Philox key: k0 | k1 << 32, (k0, k1) = the seed's
-        ``SeedSequence.generate_state(2, uint32)``."""
+        """The 64-bit Philox key: k0 | k1 << 32.
+
+        (k0, k1) = the seed's ``SeedSequence.generate_state(2, uint32)``.
+
+        Examples
+        --------
+        >>> kaionb.random.Generator(1).key == kaionb.random.Generator(1).key
+        True
+        """
         return self._philox.key
 
     @property
     def counter(self) -> int:
-        """The first Philox block counter the next draw uses."""
+        """The first Philox block counter the next draw uses.
+
+        Examples
+        --------
+        >>> rng = kaionb.random.Generator(0)
+        >>> rng.counter
+        0
+        >>> _ = rng.random(1000)
+        >>> rng.counter > 0
+        True
+        """
         return self._philox.counter
 
     def __repr__(self) -> str:
         return f"Generator(Philox4x32-10, key=0x{self.key:016x}, counter={self.counter})"
 
     def random(self, size=None, dtype=np.float64, *, out=None) -> DeviceArray:
-        """Floats in [0, 1): float64, float32, float16 or bfloat16."""
+        """Draw floats uniformly from [0, 1).
+
+        Parameters
+        ----------
+        size : int, tuple of int or None, optional
+            The shape (None: 0-d, or ``out``'s shape).
+        dtype : dtype, optional
+            One of float64 (default), float32, float16 or bfloat16.
+        out : DeviceArray, optional
+            A C-contiguous array of the shape and dtype to fill.
+
+        Returns
+        -------
+        DeviceArray
+            The draws (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError
+            Another dtype, a ``size`` that is not an int or a tuple of ints, or an ``out``
+            that is not device memory or has another dtype.
+        ValueError
+            A negative size, or an ``out`` of another shape or not C-contiguous.
+
+        Examples
+        --------
+        >>> x = kaionb.random.default_rng(0).random(1000, dtype=np.float32)
+        >>> bool(((x.get() >= 0) & (x.get() < 1)).all())
+        True
+        """
         return uniform_fwd(self._philox, 0.0, 1.0, size, dtype, out=out, op="random")
 
     def uniform(self, low=0.0, high=1.0, size=None, dtype=np.float64, *,
                 out=None) -> DeviceArray:
-        """Floats in [low, high) (low and high rounded to ``dtype`` first; high is never
-        drawn, after rounding either). low == high gives low; low > high is refused."""
+        """Draw floats uniformly from [low, high).
+
+        ``low`` and ``high`` are rounded to ``dtype`` first; ``high`` is never drawn,
+        after rounding either. low == high gives low.
+
+        Parameters
+        ----------
+        low, high : float, optional
+            The interval (finite in ``dtype``, low <= high, high − low finite).
+        size : int, tuple of int or None, optional
+            The shape (None: 0-d, or ``out``'s shape).
+        dtype : dtype, optional
+            One of float64 (default), float32, float16 or bfloat16.
+        out : DeviceArray, optional
+            A C-contiguous array of the shape and dtype to fill.
+
+        Returns
+        -------
+        DeviceArray
+            The draws (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError
+            Bounds that are not real numbers, another dtype, or a bad ``size`` / ``out``.
+        ValueError
+            Bounds not finite in ``dtype``, low > high, a negative size, or an ``out`` of
+            another shape.
+
+        Examples
+        --------
+        >>> x = kaionb.random.default_rng(0).uniform(-1.0, 1.0, (2, 3))
+        >>> x.shape, x.dtype
+        ((2, 3), dtype('float64'))
+        """
         return uniform_fwd(self._philox, low, high, size, dtype, out=out)
 
     def standard_normal(self, size=None, dtype=np.float64, *, out=None) -> DeviceArray:
-        """N(0, 1) floats (Box-Muller; float32 and the half types computed in float32)."""
+        """Draw N(0, 1) floats (Box-Muller; float32 and the half types computed in float32).
+
+        Parameters
+        ----------
+        size : int, tuple of int or None, optional
+            The shape (None: 0-d, or ``out``'s shape).
+        dtype : dtype, optional
+            One of float64 (default), float32, float16 or bfloat16.
+        out : DeviceArray, optional
+            A C-contiguous array of the shape and dtype to fill.
+
+        Returns
+        -------
+        DeviceArray
+            The draws (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError
+            Another dtype, or a bad ``size`` / ``out``.
+        ValueError
+            A negative size, or an ``out`` of another shape or not C-contiguous.
+
+        Examples
+        --------
+        >>> x = kaionb.random.default_rng(0).standard_normal(100_000, dtype=np.float32)
+        >>> abs(float(x.mean().item())) < 0.02
+        True
+        """
         return normal_fwd(self._philox, 0.0, 1.0, size, dtype, out=out,
                           op="standard_normal")
 
     def normal(self, loc=0.0, scale=1.0, size=None, dtype=np.float64) -> DeviceArray:
-        """N(loc, scale²) floats: ``loc + scale * standard_normal``; scale >= 0."""
+        """Draw N(loc, scale²) floats: ``loc + scale * standard_normal``.
+
+        Parameters
+        ----------
+        loc : float, optional
+            The mean (finite in ``dtype``).
+        scale : float, optional
+            The standard deviation (>= 0).
+        size : int, tuple of int or None, optional
+            The shape (None: 0-d).
+        dtype : dtype, optional
+            One of float64 (default), float32, float16 or bfloat16.
+
+        Returns
+        -------
+        DeviceArray
+            The draws.
+
+        Raises
+        ------
+        TypeError
+            Parameters that are not real numbers, another dtype, or a bad ``size``.
+        ValueError
+            A ``loc`` or ``scale`` not finite in ``dtype``, a negative ``scale``, or a
+            negative size.
+
+        Examples
+        --------
+        >>> x = kaionb.random.default_rng(0).normal(10.0, 0.1, 1000, dtype=np.float32)
+        >>> 9.9 < float(x.mean().item()) < 10.1
+        True
+        """
         return normal_fwd(self._philox, loc, scale, size, dtype)
 
     def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False, *,
                  out=None) -> DeviceArray:
-        """Integers in [low, high), or [low, high] with ``endpoint``; ``high=None`` draws
-        from [0, low). Any integer dtype or bool; bounds outside the dtype are refused."""
+        """Draw integers uniformly from [low, high), or [low, high] with ``endpoint``.
+
+        ``high=None`` draws from [0, low).
+
+        Parameters
+        ----------
+        low : int
+            The lowest value (or the upper bound when ``high`` is None).
+        high : int, optional
+            The upper bound (excluded unless ``endpoint``).
+        size : int, tuple of int or None, optional
+            The shape (None: 0-d, or ``out``'s shape).
+        dtype : dtype, optional
+            Any integer dtype or bool; int64 by default.
+        endpoint : bool, optional
+            Include ``high``.
+        out : DeviceArray, optional
+            A C-contiguous array of the shape and dtype to fill.
+
+        Returns
+        -------
+        DeviceArray
+            The draws (``out`` itself when given).
+
+        Raises
+        ------
+        TypeError
+            Bounds that are not ints, a dtype that is not an integer type or bool, or a bad
+            ``size`` / ``out``.
+        ValueError
+            Bounds outside the dtype, an empty interval (high <= low), or a negative size.
+
+        Examples
+        --------
+        >>> w = kaionb.random.default_rng(0).integers(-127, 128, size=(64, 64), dtype=np.int8)
+        >>> w.dtype, int(w.min().item()) >= -127
+        (dtype('int8'), True)
+        """
         if high is None:
             low, high = 0, low
         return integers_fwd(self._philox, low, high, size, dtype, endpoint, out=out)
 
 
 def default_rng(seed=None) -> Generator:
-    """A new :class:`Generator` seeded with ``seed``; a Generator is returned as is."""
+    """Return a new :class:`Generator` seeded with ``seed`` (a Generator is returned as is).
+
+    Parameters
+    ----------
+    seed : int, numpy.random.SeedSequence, Generator or None, optional
+        An int >= 0, a ``SeedSequence``, None for fresh entropy, or a Generator.
+
+    Returns
+    -------
+    Generator
+        The generator.
+
+    Raises
+    ------
+    TypeError
+        A seed of another type.
+    ValueError
+        A negative seed.
+
+    Examples
+    --------
+    >>> a = kaionb.random.default_rng(7).random(4).get()
+    >>> b = kaionb.random.default_rng(7).random(4).get()
+    >>> bool((a == b).all())
+    True
+    """
     return seed if isinstance(seed, Generator) else Generator(seed)
 
 
@@ -118,25 +340,161 @@ def _rng(seed) -> Generator:
 
 
 def standard_normal(size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """N(0, 1) floats (see :meth:`Generator.standard_normal`)."""
+    """Draw N(0, 1) floats (see :meth:`Generator.standard_normal`).
+
+    Parameters
+    ----------
+    size : int, tuple of int or None, optional
+        The shape (None: 0-d).
+    dtype : dtype, optional
+        One of float64 (default), float32, float16 or bfloat16.
+    seed : int, numpy.random.SeedSequence or None, optional
+        Draw from ``default_rng(seed)``; None draws from the module's generator (seeded
+        from fresh entropy on first use).
+
+    Returns
+    -------
+    DeviceArray
+        The draws.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :meth:`Generator.standard_normal`, and for a bad seed.
+
+    Examples
+    --------
+    >>> kaionb.random.standard_normal((2, 2), seed=0).shape
+    (2, 2)
+    """
     return _rng(seed).standard_normal(size, dtype)
 
 
 def normal(loc=0.0, scale=1.0, size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """N(loc, scale²) floats (see :meth:`Generator.normal`)."""
+    """Draw N(loc, scale²) floats (see :meth:`Generator.normal`).
+
+    Parameters
+    ----------
+    loc : float, optional
+        The mean.
+    scale : float, optional
+        The standard deviation (>= 0).
+    size : int, tuple of int or None, optional
+        The shape (None: 0-d).
+    dtype : dtype, optional
+        One of float64 (default), float32, float16 or bfloat16.
+    seed : int, numpy.random.SeedSequence or None, optional
+        Draw from ``default_rng(seed)``; None draws from the module's generator.
+
+    Returns
+    -------
+    DeviceArray
+        The draws.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :meth:`Generator.normal`, and for a bad seed.
+
+    Examples
+    --------
+    >>> kaionb.random.normal(0.0, 2.0, 8, np.float16, seed=1).dtype
+    dtype('float16')
+    """
     return _rng(seed).normal(loc, scale, size, dtype)
 
 
 def uniform(low=0.0, high=1.0, size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """Floats in [low, high) (see :meth:`Generator.uniform`)."""
+    """Draw floats uniformly from [low, high) (see :meth:`Generator.uniform`).
+
+    Parameters
+    ----------
+    low, high : float, optional
+        The interval.
+    size : int, tuple of int or None, optional
+        The shape (None: 0-d).
+    dtype : dtype, optional
+        One of float64 (default), float32, float16 or bfloat16.
+    seed : int, numpy.random.SeedSequence or None, optional
+        Draw from ``default_rng(seed)``; None draws from the module's generator.
+
+    Returns
+    -------
+    DeviceArray
+        The draws.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :meth:`Generator.uniform`, and for a bad seed.
+
+    Examples
+    --------
+    >>> kaionb.random.uniform(0.0, 10.0, 5, seed=3).shape
+    (5,)
+    """
     return _rng(seed).uniform(low, high, size, dtype)
 
 
 def integers(low, high=None, size=None, dtype=np.int64, *, seed=None) -> DeviceArray:
-    """Integers in [low, high) (see :meth:`Generator.integers`)."""
+    """Draw integers uniformly from [low, high) (see :meth:`Generator.integers`).
+
+    Parameters
+    ----------
+    low : int
+        The lowest value (or the upper bound when ``high`` is None).
+    high : int, optional
+        The upper bound (excluded).
+    size : int, tuple of int or None, optional
+        The shape (None: 0-d).
+    dtype : dtype, optional
+        Any integer dtype or bool; int64 by default.
+    seed : int, numpy.random.SeedSequence or None, optional
+        Draw from ``default_rng(seed)``; None draws from the module's generator.
+
+    Returns
+    -------
+    DeviceArray
+        The draws.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :meth:`Generator.integers`, and for a bad seed.
+
+    Examples
+    --------
+    >>> kaionb.random.integers(10, size=3, seed=0).dtype
+    dtype('int64')
+    """
     return _rng(seed).integers(low, high, size, dtype)
 
 
 def random(size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """Floats in [0, 1) (see :meth:`Generator.random`)."""
+    """Draw floats uniformly from [0, 1) (see :meth:`Generator.random`).
+
+    Parameters
+    ----------
+    size : int, tuple of int or None, optional
+        The shape (None: 0-d).
+    dtype : dtype, optional
+        One of float64 (default), float32, float16 or bfloat16.
+    seed : int, numpy.random.SeedSequence or None, optional
+        Draw from ``default_rng(seed)``; None draws from the module's generator.
+
+    Returns
+    -------
+    DeviceArray
+        The draws.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :meth:`Generator.random`, and for a bad seed.
+
+    Examples
+    --------
+    >>> kaionb.random.random(seed=0).shape
+    ()
+    """
     return _rng(seed).random(size, dtype)

@@ -12,7 +12,21 @@ _LOCAL = threading.local()
 
 
 def active_tape():
-    """The innermost ``kaionb.grad.Tape`` entered on this thread, or None."""
+    """Return the innermost ``kaionb.grad.Tape`` entered on this thread, or None.
+
+    Returns
+    -------
+    Tape or None
+        The active tape.
+
+    Examples
+    --------
+    >>> kaionb.grad.active_tape() is None
+    True
+    >>> with kaionb.grad.Tape() as tape:
+    ...     print(kaionb.grad.active_tape() is tape)
+    True
+    """
     return getattr(_LOCAL, "tape", None)
 
 
@@ -21,8 +35,36 @@ def set_active_tape(tape) -> None:
 
 
 def record(backward_fn, inputs, outputs) -> None:
-    """Called by ops: record ``(backward_fn, inputs, outputs)`` onto the active tape if
-    any input needs a gradient; the outputs then need one too."""
+    """Record an op's backward rule onto the active tape (called by ops).
+
+    Records ``(backward_fn, inputs, outputs)`` when a tape is active and any input needs
+    a gradient; the outputs then need one too. Does nothing otherwise.
+
+    Parameters
+    ----------
+    backward_fn : callable
+        ``backward_fn(*grad_outputs)`` returns one gradient (or None) per input.
+    inputs : sequence
+        The op's inputs (those that are not arrays are ignored).
+    outputs : sequence of DeviceArray
+        The op's outputs.
+
+    Raises
+    ------
+    AttributeError
+        An output that cannot carry ``requires_grad`` (not an array), when recorded.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([3.0], dtype=np.float32)
+    >>> x.requires_grad = True
+    >>> with kaionb.grad.Tape() as tape:
+    ...     y = kaionb.empty(1, np.float32).fill(6.0)        # an op computed by hand
+    ...     kaionb.grad.record(lambda g: (g * 2,), (x,), (y,))
+    >>> tape.backward(y)
+    >>> x.grad.get()
+    array([2.], dtype=float32)
+    """
     tape = active_tape()
     if tape is not None and any(getattr(x, "requires_grad", False) for x in inputs):
         tape.entries.append((backward_fn, tuple(inputs), tuple(outputs)))

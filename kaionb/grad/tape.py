@@ -20,6 +20,33 @@ from .record import active_tape, set_active_tape
 
 
 class Tape:
+    """Record ops while active, then replay their backward rules in reverse.
+
+    ``with kaionb.grad.Tape() as tape:`` makes the tape active on this thread (tapes
+    nest; the previous one comes back at the end of the block). An op whose input has
+    ``requires_grad`` set records ``(backward_fn, inputs, outputs)`` on it
+    (:func:`kaionb.grad.record`) and marks its outputs as requiring a gradient too.
+    :meth:`backward` then fills ``.grad`` of every input that requires one. Gradients
+    are float32 DeviceArrays, summed when an array is used more than once.
+
+    Attributes
+    ----------
+    entries : list of tuple
+        The recorded ``(backward_fn, inputs, outputs)``, in call order.
+
+    Examples
+    --------
+    >>> a = kaionb.asarray(np.ones((2, 3), np.float16))
+    >>> b = kaionb.asarray(np.ones((3, 4), np.float16))
+    >>> a.requires_grad = True
+    >>> with kaionb.grad.Tape() as tape:
+    ...     y = kaionb.matmul(a, b)
+    >>> tape.backward(y)            # L = sum(y): dL/da = ones @ b.T
+    >>> a.grad.get()
+    array([[4., 4., 4.],
+           [4., 4., 4.]], dtype=float32)
+    """
+
     def __init__(self):
         self.entries: list[tuple] = []
 
@@ -32,9 +59,37 @@ class Tape:
         set_active_tape(self._previous)
 
     def backward(self, output, grad_output=None) -> None:
-        """Propagate ``grad_output`` (default: ones, i.e. L = sum(output)) to every
-        ``requires_grad`` input, accumulating into ``.grad``. ``output`` must be an output
-        of an op recorded on this tape (ValueError otherwise: nothing would be computed)."""
+        """Propagate ``grad_output`` back to every ``requires_grad`` input's ``.grad``.
+
+        The recorded backward rules run in reverse order; an input's ``.grad`` is set to
+        its gradient (float32), summed over its uses.
+
+        Parameters
+        ----------
+        output : DeviceArray
+            An output of an op recorded on this tape.
+        grad_output : DeviceArray or array_like, optional
+            The gradient of the loss with respect to ``output`` (its shape); default ones,
+            i.e. L = sum(output).
+
+        Raises
+        ------
+        ValueError
+            An ``output`` no op recorded on this tape produced (nothing would be computed),
+            or a ``grad_output`` of another shape.
+        TypeError
+            A ``grad_output`` that is not an array.
+
+        Examples
+        --------
+        >>> x = kaionb.asarray([1.0, 2.0], dtype=np.float32)
+        >>> x.requires_grad = True
+        >>> with kaionb.grad.Tape() as tape:
+        ...     y = x * x
+        >>> tape.backward(y, kaionb.asarray([1.0, 0.5], dtype=np.float32))
+        >>> x.grad.get()
+        array([2., 2.], dtype=float32)
+        """
         if not any(o is output for _, _, outs in self.entries for o in outs):
             fail(ValueError, "Tape.backward", "output", "an array an op recorded on this "
                  f"tape produced ({len(self.entries)} entries)",
@@ -64,6 +119,15 @@ class Tape:
                     x.grad = grads.pop(id(x))
 
     def reset(self) -> None:
+        """Forget every recorded entry (the tape can record again).
+
+        Examples
+        --------
+        >>> tape = kaionb.grad.Tape()
+        >>> tape.reset()
+        >>> tape.entries
+        []
+        """
         self.entries.clear()
 
 
@@ -72,14 +136,51 @@ def _accumulate(total, g):
 
 
 def gradcheck(fn, inputs, *, eps=1e-2, rtol=2e-2, probes=6, rng=None, reference=None) -> float:
-    """Check the tape's gradient of ``L = sum(fn(*inputs) * w)`` (random weights ``w``)
-    against central differences at ``probes`` random elements of each input that requires
-    a gradient. Returns the worst relative error; raises AssertionError above ``rtol``.
+    """Check the tape's gradient of ``fn`` against central finite differences.
 
-    ``reference``: a float64 NumPy model of ``fn`` (host arrays in, an array out) whose
-    differences are taken instead — for ops that compute in less precision than their
-    inputs (attention runs float32 inputs on bf16 tensor cores: differences of its own
-    output would measure the rounding, not the derivative)."""
+    The loss is ``L = sum(fn(*inputs) * w)`` with random weights ``w``; at ``probes``
+    random elements of each input that requires a gradient, the tape's gradient is
+    compared with the central difference of L (the shifted input rounded to its dtype).
+
+    Parameters
+    ----------
+    fn : callable
+        Takes the inputs, returns one DeviceArray.
+    inputs : sequence of DeviceArray
+        The arguments; those with ``requires_grad`` are checked.
+    eps : float, optional
+        The finite-difference step.
+    rtol : float, optional
+        The largest relative error allowed.
+    probes : int, optional
+        Elements checked per input.
+    rng : numpy.random.Generator, optional
+        For the weights and the probed elements.
+    reference : callable, optional
+        A float64 NumPy model of ``fn`` (host arrays in, an array out) whose differences
+        are taken instead — for ops that compute in less precision than their inputs
+        (attention runs float32 inputs on bf16 tensor cores: differences of its own
+        output would measure the rounding, not the derivative).
+
+    Returns
+    -------
+    float
+        The worst relative error found.
+
+    Raises
+    ------
+    AssertionError
+        An error above ``rtol`` (naming the input and the element).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray(np.random.default_rng(0).standard_normal((4, 8)), np.float32)
+    >>> x.requires_grad = True
+    >>> w = kaionb.ones(8, dtype=np.float32)
+    >>> err = kaionb.grad.gradcheck(lambda x: kaionb.rms_norm(x, w), [x])
+    >>> bool(err < 2e-2)
+    True
+    """
     rng = np.random.default_rng() if rng is None else rng
     with Tape() as tape:
         out = fn(*inputs)

@@ -372,10 +372,43 @@ def gelu_fwd(x, approximate="none", *, out=None):
 
 @fast_path
 def fused_silu_gate_bwd(grad, x, gate, *, out=None):
-    """The backward of :func:`fused_silu_gate`: ``(dx, dgate)`` for the output gradient
-    ``grad`` — dx = grad·gate·σ·(1 + x·(1 − σ)), dgate = grad·x·σ, σ = sigmoid(x) — in
-    one pass over x, gate and grad. ``grad``: x's shape, x's dtype or float32, any layout;
-    dx and dgate come in grad's dtype (``out``: a tuple of two, last axis contiguous)."""
+    """Backward of :func:`fused_silu_gate`: ``(dx, dgate)`` for the output gradient ``grad``.
+
+    dx = grad·gate·σ·(1 + x·(1 − σ)), dgate = grad·x·σ, σ = sigmoid(x) — in one pass
+    over x, gate and grad.
+
+    Parameters
+    ----------
+    grad : DeviceArray or array_like
+        The gradient of the output: x's shape, x's dtype or float32, any layout.
+    x, gate : DeviceArray or array_like
+        The forward's inputs.
+    out : tuple of DeviceArray, optional
+        (dx, dgate) to write: x's shape, grad's dtype, last axis contiguous.
+
+    Returns
+    -------
+    dx : DeviceArray
+        The gradient of x, in grad's dtype.
+    dgate : DeviceArray
+        The gradient of gate, in grad's dtype.
+
+    Raises
+    ------
+    TypeError
+        The forward's type checks, a ``grad`` dtype other than x's or float32, or an
+        ``out`` that is not a pair of device arrays of grad's dtype.
+    ValueError
+        The forward's shape and layout checks, a ``grad`` of another shape, or ``out``
+        arrays of other shapes.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[0.0, 1.0]], dtype=np.float32)
+    >>> dx, dgate = kaionb.fused_silu_gate_bwd(kaionb.ones_like(x), x, kaionb.ones_like(x))
+    >>> dx.get().round(4)
+    array([[0.5   , 0.9277]], dtype=float32)
+    """
     op = "fused_silu_gate_bwd"
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
     gate = as_array(op, "gate", gate, dtypes=FLOAT_DTYPES)
@@ -392,8 +425,40 @@ def fused_silu_gate_bwd(grad, x, gate, *, out=None):
 
 @fast_path
 def gelu_bwd(grad, x, approximate="none", *, out=None):
-    """The backward of :func:`gelu`: dx = grad·GELU'(x) (module doc) in one pass over x and
-    grad. ``grad``: x's shape, x's dtype or float32, any layout; dx comes in grad's dtype."""
+    """Backward of :func:`gelu`: ``dx = grad·GELU'(x)``, in one pass over x and grad.
+
+    GELU' as in the module doc of ``kaionb.kernels.activations``.
+
+    Parameters
+    ----------
+    grad : DeviceArray or array_like
+        The gradient of the output: x's shape, x's dtype or float32, any layout.
+    x : DeviceArray or array_like
+        The forward's input.
+    approximate : {"none", "tanh"}, optional
+        The forward's form.
+    out : DeviceArray, optional
+        An array of x's shape in grad's dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The gradient dx, in grad's dtype.
+
+    Raises
+    ------
+    TypeError
+        The forward's type checks, or a ``grad`` dtype other than x's or float32.
+    ValueError
+        The forward's checks (``approximate``, layout), a ``grad`` of another shape, or
+        an ``out`` of another shape.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([0.0], dtype=np.float32)
+    >>> kaionb.gelu_bwd(kaionb.ones_like(x), x).get()
+    array([0.5], dtype=float32)
+    """
     op = "gelu_bwd"
     _check_approximate(op, approximate)
     x = as_array(op, "x", x, dtypes=FLOAT_DTYPES)
@@ -465,9 +530,38 @@ def _needs_grad(*arrays):
 
 
 def fused_silu_gate(x, gate, *, out=None):
-    """``x * sigmoid(x) * gate`` element-wise (the LLaMA / Mistral / Qwen feed-forward
-    gate). x, gate: same shape and dtype (float32/float16/bfloat16), last axis contiguous.
-    On the tape (:func:`fused_silu_gate_bwd`)."""
+    """Compute ``x * sigmoid(x) * gate`` elementwise: the SiLU-gated feed-forward gate.
+
+    The LLaMA / Mistral / Qwen feed-forward gate in one pass. On the tape
+    (:func:`fused_silu_gate_bwd`).
+
+    Parameters
+    ----------
+    x, gate : DeviceArray or array_like
+        The same shape and dtype (float32, float16 or bfloat16), last axis contiguous.
+    out : DeviceArray, optional
+        An array of x's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The gated activations (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        An argument that is not a float32 / float16 / bfloat16 array, mixed dtypes, or an
+        ``out`` that is not device memory or has another dtype.
+    ValueError
+        Shapes that differ, a non-contiguous last axis, arrays on two devices, or an
+        ``out`` of another shape.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([-1.0, 0.0, 1.0], dtype=np.float32)
+    >>> kaionb.fused_silu_gate(x, kaionb.full_like(x, 2.0)).get().round(4)
+    array([-0.5379,  0.    ,  1.4621], dtype=float32)
+    """
     y = fused_silu_gate_fwd(x, gate, out=out)
     if _needs_grad(x, gate):
         record(lambda g: fused_silu_gate_bwd(g, x, gate), (x, gate), (y,))
@@ -475,11 +569,42 @@ def fused_silu_gate(x, gate, *, out=None):
 
 
 def gelu(x, approximate="none", *, out=None):
-    """GELU element-wise: ``approximate="none"`` the exact erf form, ``"tanh"`` the tanh
-    form (as torch.nn.functional.gelu). float32/float16/bfloat16, last axis contiguous.
-    Φ is libdevice's erff for float32 and a branch-free approximation for the half types
-    (relative error ~1e-7 in exact arithmetic; module doc). On the tape
-    (:func:`gelu_bwd`)."""
+    """Apply GELU elementwise: ``x · Φ(x)``, exact (erf) or the tanh form.
+
+    ``approximate="none"`` the exact erf form, ``"tanh"`` the tanh form (as
+    torch.nn.functional.gelu). Φ is libdevice's erff for float32 and a branch-free
+    approximation for the half types (relative error ~1e-7 in exact arithmetic; module
+    doc of ``kaionb.kernels.activations``). On the tape (:func:`gelu_bwd`).
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        An array of float32, float16 or bfloat16, last axis contiguous.
+    approximate : {"none", "tanh"}, optional
+        The form.
+    out : DeviceArray, optional
+        An array of x's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        GELU(x) (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not a float32 / float16 / bfloat16 array, an ``approximate`` that
+        is not a string, or an ``out`` that is not device memory or has another dtype.
+    ValueError
+        An ``approximate`` other than "none" or "tanh", a non-contiguous last axis, or an
+        ``out`` of another shape.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([-1.0, 0.0, 1.0], dtype=np.float32)
+    >>> kaionb.gelu(x).get().round(4)
+    array([-0.1587,  0.    ,  0.8413], dtype=float32)
+    """
     y = gelu_fwd(x, approximate, out=out)
     if _needs_grad(x):
         record(lambda g: (gelu_bwd(g, x, approximate),), (x,), (y,))

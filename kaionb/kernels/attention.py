@@ -513,30 +513,61 @@ def attention_bwd_ref(dout, q, k, v, causal=False, scale=None):
 
 
 def attention(q, k, v, *, causal=False, scale=None, return_lse=False, out=None):
-    """Scaled dot-product attention, FlashAttention on tensor cores (module doc).
+    """Scaled dot-product attention: FlashAttention on tensor cores.
+
+    ``softmax(scale · Q·Kᵀ) · V`` per head, in one pass over the keys (module doc of
+    ``kaionb.kernels.attention``): wgmma on compute capability 9.0, mma.sync on every GPU
+    from sm_80; float32 inputs run through bfloat16. Decode shapes split the keys
+    (flash-decoding). Recorded on the active :class:`kaionb.grad.Tape` when q, k or v
+    requires a gradient (backward: :func:`attention_bwd`). Every check runs before any
+    launch.
 
     Parameters
     ----------
-    q : [B, Hq, Sq, D], [Hq, Sq, D] or [Sq, D]; float16, bfloat16 or float32. Any strides
+    q : DeviceArray or array_like
+        [B, Hq, Sq, D], [Hq, Sq, D] or [Sq, D]; float16, bfloat16 or float32. Any strides
         with a contiguous last axis ([B, S, H, D] memory as a ``transpose(0, 2, 1, 3)``
-        view, no copy).
-    k, v : [B, Hkv, Sk, D] (same rank and dtype as q); Hq a multiple of Hkv (GQA/MQA).
-    causal : mask keys j > i + Sk − Sq (bottom-right aligned).
-    scale : multiplies Q·Kᵀ; default 1/sqrt(D).
-    return_lse : also return the rows' log-sum-exp (float32, q.shape[:-1]), what the
-        backward needs.
-    out : an array of q's shape and dtype to write (contiguous last axis).
+        view, no copy). D a multiple of 8 in [8, 256].
+    k, v : DeviceArray or array_like
+        [B, Hkv, Sk, D] (same rank and dtype as q); Hq a multiple of Hkv (GQA/MQA).
+    causal : bool, optional
+        Mask keys j > i + Sk − Sq (bottom-right aligned).
+    scale : float, optional
+        Multiplies Q·Kᵀ (finite, > 0); default 1/sqrt(D).
+    return_lse : bool, optional
+        Also return the rows' log-sum-exp (float32, q.shape[:-1]), what the backward
+        needs.
+    out : DeviceArray, optional
+        An array of q's shape and dtype to write (contiguous last axis, 16-byte aligned
+        rows).
 
     Returns
     -------
-    out (q's shape and dtype), or (out, lse). A row that sees no key (causal, Sq > Sk)
-    gets zeros and lse −inf.
+    out : DeviceArray
+        In q's shape and dtype. A row that sees no key (causal, Sq > Sk) gets zeros.
+    lse : DeviceArray
+        Only with ``return_lse``: float32, q.shape[:-1] (−inf for a row with no key).
 
     Raises
     ------
-    TypeError for a dtype other than f16/bf16/f32 or mixed dtypes; ValueError for shapes
-    that do not match (batch, heads, D, k vs v), D not a multiple of 8 in [8, 256], a
-    non-contiguous last axis, or an ``out`` of the wrong shape — all before any launch.
+    TypeError
+        An argument that is not an array, a dtype other than float16 / bfloat16 /
+        float32 or mixed dtypes, a ``scale`` that is not a number, or an ``out`` that is
+        not device memory or has another dtype.
+    ValueError
+        Shapes that do not match (rank, batch, heads, D, k vs v), D not a multiple of 8
+        in [8, 256], a non-contiguous last axis, a ``scale`` that is not finite and > 0,
+        arrays on two devices, or an ``out`` of the wrong shape or misaligned.
+
+    Examples
+    --------
+    >>> q = kaionb.asarray(np.ones((1, 8, 128, 64), np.float16))   # [B, H, S, D]
+    >>> kv = kaionb.asarray(np.ones((1, 2, 128, 64), np.float16))  # GQA: 2 KV heads
+    >>> o, lse = kaionb.attention(q, kv, kv, causal=True, return_lse=True)
+    >>> o.shape, o.dtype, lse.shape
+    ((1, 8, 128, 64), dtype('float16'), (1, 8, 128))
+    >>> o.get()[0, 0, 0, :3]
+    array([1., 1., 1.], dtype=float16)
     """
     if not any(getattr(x, "requires_grad", False) for x in (q, k, v)):
         return attention_fwd(q, k, v, causal, scale, return_lse, out=out)
@@ -619,33 +650,65 @@ def _attention_bwd_launch(dout, q, k, v, out, lse, causal, scale, dq, dk, dv):
 
 def attention_bwd(dout, q, k, v, out, lse, *, causal=False, scale=None, dtype=None,
                   grads=None):
-    """The gradients of :func:`attention`: (dq, dk, dv) for the loss gradient ``dout``
-    of its output ``out``, from the forward's ``lse`` (``attention(..., return_lse=True)``)
-    — the softmax statistics are not recomputed. FlashAttention-2's backward on tensor
-    cores, deterministic: bit-identical results run to run (no atomics; dQ has its own
-    pass over the keys).
+    """Gradients of :func:`attention`: ``(dq, dk, dv)`` for the loss gradient ``dout``.
+
+    From the forward's output ``out`` and ``lse`` (``attention(..., return_lse=True)``) —
+    the softmax statistics are not recomputed. FlashAttention-2's backward on tensor
+    cores (mma.sync), deterministic: bit-identical results run to run (no atomics; dQ has
+    its own pass over the keys). GQA (dk, dv summed over the group), causal with
+    Sq ≠ Sk.
 
     Parameters
     ----------
-    dout : the gradient of the loss with respect to ``out``: q's shape, float16,
-        bfloat16 or float32 (rounded to the kernels' f16/bf16 operand type).
-    q, k, v, causal, scale : as given to the forward (the same ``scale``).
-    out, lse : the forward's output and log-sum-exp (float32, q.shape[:-1]).
-    dtype : the gradients' dtype: q's by default; float32 keeps the f32 accumulators
+    dout : DeviceArray or array_like
+        The gradient of the loss with respect to ``out``: q's shape, float16, bfloat16
+        or float32 (rounded to the kernels' f16/bf16 operand type).
+    q, k, v : DeviceArray or array_like
+        As given to the forward.
+    out : DeviceArray or array_like
+        The forward's output (q's shape).
+    lse : DeviceArray or array_like
+        The forward's log-sum-exp (float32, q.shape[:-1]).
+    causal : bool, optional
+        As given to the forward.
+    scale : float, optional
+        As given to the forward (the same ``scale``; default 1/sqrt(D)).
+    dtype : dtype, optional
+        The gradients' dtype: q's by default; float32 keeps the f32 accumulators
         unrounded (the tape asks for it).
-    grads : optional (dq, dk, dv) arrays to write (shapes of q, k, v, one dtype — which
-        sets ``dtype`` when it is not given —, contiguous 16-byte aligned rows).
+    grads : tuple of DeviceArray, optional
+        (dq, dk, dv) arrays to write (shapes of q, k, v, one dtype — which sets ``dtype``
+        when it is not given —, contiguous 16-byte aligned rows).
 
     Returns
     -------
-    (dq, dk, dv) in the shapes of q, k, v. Accumulation is float32 on tensor cores with
-    P and dS rounded to the operand type (as FlashAttention-2); GQA heads' dk, dv are
-    summed over each group of query heads; rows with no key contribute nothing.
+    dq : DeviceArray
+        In q's shape. Accumulation is float32 on tensor cores with P and dS rounded to
+        the operand type (as FlashAttention-2); rows with no key contribute nothing.
+    dk : DeviceArray
+        In k's shape; GQA heads' dk is summed over each group of query heads.
+    dv : DeviceArray
+        In v's shape, summed as dk.
 
     Raises
     ------
-    TypeError / ValueError before any launch: the forward's checks for q, k, v, and
-    dout, out or lse of another shape (an lse from another call), dtype or device.
+    TypeError
+        The forward's type checks for q, k, v; ``dout``, ``out`` or ``lse`` of another
+        dtype; a ``dtype`` other than float16 / bfloat16 / float32; ``grads`` that is
+        not three device arrays of one of those dtypes.
+    ValueError
+        The forward's shape checks for q, k, v; ``dout``, ``out`` or ``lse`` of another
+        shape (an lse from another call) or device; a ``scale`` that is not finite and
+        > 0; ``grads`` of other shapes or misaligned. All before any launch.
+
+    Examples
+    --------
+    >>> q = kaionb.asarray(np.random.default_rng(0).standard_normal((2, 64, 64)),
+    ...                    dtype=np.float16)                              # [H, S, D]
+    >>> o, lse = kaionb.attention(q, q, q, return_lse=True)
+    >>> dq, dk, dv = kaionb.attention_bwd(kaionb.ones_like(o), q, q, q, o, lse)
+    >>> dq.shape, dv.dtype
+    ((2, 64, 64), dtype('float16'))
     """
     return attention_bwd_fwd(dout, q, k, v, out, lse, causal, scale, dtype, grads=grads)
 
@@ -662,11 +725,52 @@ def _kaio_entry(name, causal, out_dtype, doc):
         return attention_fwd(q, k, v, causal, scale, with_stats, out=out, dtype=out_dtype,
                              op=name)
     entry.__name__ = entry.__qualname__ = name
-    entry.__doc__ = doc + """
+    result = "float32" if out_dtype is not None else "float16"
+    mask = ("\n    Causal: query i sees the keys j <= i + Sk − Sq (bottom-right aligned)."
+            if causal else "")
+    entry.__doc__ = doc + f"""
 
-    q [Sq, D], k and v [Sk, D]; ``with_stats=True`` also returns the rows' log-sum-exp
-    (float32 [Sq]) for a backward pass. The same kernels as :func:`attention` (no cap on
-    Sk); ``scale`` defaults to 1/sqrt(D)."""
+    q [Sq, D], k and v [Sk, D]: one head. ``with_stats=True`` also returns the rows'
+    log-sum-exp (float32 [Sq]) for a backward pass. The same kernels as
+    :func:`attention` (no cap on Sk); ``scale`` defaults to 1/sqrt(D).{mask}
+
+    Parameters
+    ----------
+    q : DeviceArray
+        The queries [Sq, D] (float16; bfloat16 and float32 are taken too, as by
+        :func:`attention`), contiguous last axis; D a multiple of 8 in [8, 256].
+    k, v : DeviceArray
+        The keys and values [Sk, D], q's dtype.
+    scale : float, optional
+        Multiplies Q·Kᵀ (finite, > 0); default 1/sqrt(D).
+    with_stats : bool, optional
+        Also return the rows' log-sum-exp (float32 [Sq]).
+    out : DeviceArray, optional
+        An [Sq, D] array of the output dtype to write (16-byte aligned rows).
+
+    Returns
+    -------
+    DeviceArray or tuple of DeviceArray
+        The output [Sq, D], or ``(out, lse)`` with ``with_stats``.
+
+    Raises
+    ------
+    TypeError
+        An argument that is not an array, a dtype other than float16 / bfloat16 /
+        float32 or mixed dtypes, a ``scale`` that is not a number, or an ``out`` of
+        another dtype.
+    ValueError
+        Arrays that are not 2-D [S, D], shapes that do not match, D not a multiple of 8
+        in [8, 256], a non-contiguous last axis, a ``scale`` that is not finite and > 0,
+        or an ``out`` of another shape or misaligned.
+
+    Examples
+    --------
+    >>> q = kaionb.asarray(np.ones((128, 64), np.float16))
+    >>> o = kaionb.{name}(q, q, q)
+    >>> o.shape, o.dtype
+    ((128, 64), dtype('{result}'))
+    """
     return entry
 
 

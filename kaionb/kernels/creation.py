@@ -78,8 +78,46 @@ def _ramp_launch(dt, start, step, last, out):
 
 
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None) -> DeviceArray:
-    """``np.arange``: ``start, start + step, ...`` below ``stop`` (one argument: ``stop``
-    from 0). The dtype is NumPy's (int64 for integers, float64 otherwise) unless given."""
+    """Return evenly spaced values ``start, start + step, ...`` below ``stop``, as ``np.arange``.
+
+    With one argument it is ``stop``, counting from 0. The dtype is NumPy's for
+    ``start`` and ``step`` (int64 for integers, float64 otherwise) unless given. Values
+    are computed in float64 (integer dtypes: exactly in int64 / uint64) and rounded once
+    to the dtype, as NumPy does.
+
+    Parameters
+    ----------
+    start : int or float
+        The first value, or ``stop`` when it is the only argument.
+    stop : int or float, optional
+        The end (excluded).
+    step : int or float, optional
+        The spacing (nonzero).
+    dtype : dtype, optional
+        A numeric dtype kaionb stores (not bool).
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU: an ordinal, a ``kaionb.Device``, a ``torch.device`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    DeviceArray
+        A new 1-D array.
+
+    Raises
+    ------
+    TypeError
+        ``start``, ``stop`` or ``step`` that is not a real number, or a dtype that is not
+        numeric or that kaionb does not store.
+    ValueError
+        A non-finite ``start``, ``stop`` or ``step``, or ``step`` 0.
+
+    Examples
+    --------
+    >>> kaionb.arange(5).get()
+    array([0, 1, 2, 3, 4])
+    >>> kaionb.arange(0.0, 1.0, 0.25).get()
+    array([0.  , 0.25, 0.5 , 0.75])
+    """
     if device is not None:
         with on_device(device_ordinal(device, "arange")):
             return arange(start, stop, step, dtype=dtype)
@@ -98,8 +136,42 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None) -> DeviceArr
 
 
 def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> DeviceArray:
-    """``np.linspace``: ``num`` evenly spaced values from ``start`` to ``stop`` (included
-    when ``endpoint``), float64 unless ``dtype`` is given."""
+    """Return ``num`` evenly spaced values from ``start`` to ``stop``, as ``np.linspace``.
+
+    Computed in float64 and rounded once to the dtype (integer dtypes truncate, as
+    NumPy's); the last element is ``stop`` exactly when ``endpoint``.
+
+    Parameters
+    ----------
+    start, stop : int or float
+        The first and last values.
+    num : int
+        How many values (>= 0).
+    dtype : dtype, optional
+        A numeric dtype kaionb stores; float64 by default.
+    endpoint : bool, optional
+        Whether ``stop`` is the last value (else it is excluded).
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU: an ordinal, a ``kaionb.Device``, a ``torch.device`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    DeviceArray
+        A new 1-D array.
+
+    Raises
+    ------
+    TypeError
+        ``start`` or ``stop`` that is not a real number, ``num`` that is not an int, or a
+        dtype that is not numeric or that kaionb does not store.
+    ValueError
+        A negative ``num``.
+
+    Examples
+    --------
+    >>> kaionb.linspace(0.0, 1.0, 5).get()
+    array([0.  , 0.25, 0.5 , 0.75, 1.  ])
+    """
     if device is not None:
         with on_device(device_ordinal(device, "linspace")):
             return linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
@@ -122,27 +194,145 @@ def linspace(start, stop, /, num, *, dtype=None, endpoint=True, device=None) -> 
 
 
 def ones(shape, *, dtype=None, device=None) -> DeviceArray:
-    """A new array of ones (float64 unless ``dtype`` is given) on ``device`` (default:
-    the current one)."""
+    """Return a new C-contiguous array filled with ones.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The shape.
+    dtype : dtype, optional
+        A dtype kaionb stores; float64 by default, as NumPy's.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU (default: the current one): an ordinal, a ``kaionb.Device``, a
+        ``torch.device`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    DeviceArray
+        The new array of ones.
+
+    Raises
+    ------
+    TypeError
+        A shape that is not an int or a tuple of ints, a dtype kaionb does not store, or a
+        ``device`` that names no device.
+    ValueError
+        A negative shape entry, or an ordinal no GPU has.
+
+    Examples
+    --------
+    >>> kaionb.ones((2, 2), dtype=np.int8).get()
+    array([[1, 1],
+           [1, 1]], dtype=int8)
+    """
     return _full("ones", shape, 1, np.float64 if dtype is None else dtype, device)
 
 
 def ones_like(x, /, *, dtype=None, device=None) -> DeviceArray:
-    """Ones of ``x``'s shape, dtype and device (unless ``dtype`` / ``device`` say)."""
+    """Return a new array of ones with the shape, dtype and device of ``x``.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array whose shape (and dtype, device) to take.
+    dtype : dtype, optional
+        The dtype instead of ``x``'s.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU instead of ``x``'s.
+
+    Returns
+    -------
+    DeviceArray
+        The new array of ones.
+
+    Raises
+    ------
+    TypeError
+        A dtype kaionb does not store, or a ``device`` that names no device.
+    ValueError
+        An ordinal no GPU has.
+
+    Examples
+    --------
+    >>> kaionb.ones_like(kaionb.zeros(3, np.float32)).get()
+    array([1., 1., 1.], dtype=float32)
+    """
     return _full("ones_like", x.shape, 1, x.dtype if dtype is None else dtype,
                  x.device_id if device is None else device)
 
 
 def full_like(x, /, fill_value, *, dtype=None, device=None) -> DeviceArray:
-    """``fill_value`` in ``x``'s shape, dtype and device (unless ``dtype`` / ``device``
-    say)."""
+    """Return a new array filled with ``fill_value`` with the shape, dtype and device of ``x``.
+
+    Parameters
+    ----------
+    x : DeviceArray
+        The array whose shape (and dtype, device) to take.
+    fill_value : scalar
+        The value of every element, converted to the dtype.
+    dtype : dtype, optional
+        The dtype instead of ``x``'s.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU instead of ``x``'s.
+
+    Returns
+    -------
+    DeviceArray
+        The new array.
+
+    Raises
+    ------
+    TypeError
+        A dtype kaionb does not store, or a ``device`` that names no device.
+    ValueError
+        An ordinal no GPU has.
+
+    Examples
+    --------
+    >>> kaionb.full_like(kaionb.zeros(3, np.int32), 4).get()
+    array([4, 4, 4], dtype=int32)
+    """
     return _full("full_like", x.shape, fill_value, x.dtype if dtype is None else dtype,
                  x.device_id if device is None else device)
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> DeviceArray:
-    """A 2-D array with ones on diagonal ``k`` and zeros elsewhere (float64 unless
-    ``dtype`` is given) on ``device`` (default: the current one)."""
+    """Return a 2-D array with ones on diagonal ``k`` and zeros elsewhere.
+
+    Parameters
+    ----------
+    n_rows : int
+        The number of rows.
+    n_cols : int, optional
+        The number of columns (default: ``n_rows``).
+    k : int, optional
+        The diagonal: 0 the main one, > 0 above it, < 0 below it.
+    dtype : dtype, optional
+        A dtype kaionb stores; float64 by default.
+    device : int, kaionb.Device, torch.device or str, optional
+        The GPU (default: the current one).
+
+    Returns
+    -------
+    DeviceArray
+        A new C-contiguous [n_rows, n_cols] array.
+
+    Raises
+    ------
+    TypeError
+        A dtype kaionb does not store, or a ``device`` that names no device.
+    ValueError
+        A negative size, or an ordinal no GPU has.
+
+    Examples
+    --------
+    >>> kaionb.eye(2).get()
+    array([[1., 0.],
+           [0., 1.]])
+    >>> kaionb.eye(2, 3, k=1, dtype=np.int32).get()
+    array([[0, 1, 0],
+           [0, 0, 1]], dtype=int32)
+    """
     n_cols = n_rows if n_cols is None else n_cols
     out = _on_device_of(device, "eye", _zeros, (n_rows, n_cols),
                         np.float64 if dtype is None else dtype, "eye")
@@ -165,8 +355,40 @@ def _arrays(op: str, arrays) -> list:
 
 @device_guard
 def concatenate(arrays, /, *, axis=0) -> DeviceArray:
-    """The arrays joined along an existing ``axis`` (None: flattened first); the result
-    dtype is NumPy's ``result_type`` of theirs, on their device."""
+    """Join arrays along an existing axis.
+
+    The result dtype is NumPy's ``result_type`` of the arrays' dtypes; the result is a
+    new C-contiguous array on their device. ``concat`` is the array API's name.
+
+    Parameters
+    ----------
+    arrays : list or tuple of DeviceArray or array_like
+        The arrays, non-empty, of one rank, their shapes equal except along ``axis``.
+    axis : int or None, optional
+        The axis to join along; None flattens the arrays first.
+
+    Returns
+    -------
+    DeviceArray
+        The joined array.
+
+    Raises
+    ------
+    TypeError
+        ``arrays`` that is not a list or tuple, or an element that is not an array.
+    ValueError
+        No arrays, 0-d arrays, arrays of different ranks, or shapes that differ off
+        ``axis``; arrays on two devices.
+    numpy.exceptions.AxisError
+        An axis out of range.
+
+    Examples
+    --------
+    >>> a = kaionb.asarray([[1, 2]])
+    >>> kaionb.concatenate([a, a + 2], axis=0).get()
+    array([[1, 2],
+           [3, 4]])
+    """
     op = "concatenate"
     arrays = _arrays(op, arrays)
     if axis is None:
@@ -201,7 +423,36 @@ def concatenate(arrays, /, *, axis=0) -> DeviceArray:
 
 @device_guard
 def stack(arrays, /, *, axis=0) -> DeviceArray:
-    """The arrays (all of one shape) joined along a new ``axis``."""
+    """Join arrays of one shape along a new axis.
+
+    Parameters
+    ----------
+    arrays : list or tuple of DeviceArray or array_like
+        The arrays, non-empty, all of one shape.
+    axis : int, optional
+        Where the new axis is in the result's axes.
+
+    Returns
+    -------
+    DeviceArray
+        A new array with one more dimension; dtype NumPy's ``result_type`` of theirs.
+
+    Raises
+    ------
+    TypeError
+        ``arrays`` that is not a list or tuple, or an element that is not an array.
+    ValueError
+        No arrays, or arrays of different shapes; arrays on two devices.
+    numpy.exceptions.AxisError
+        An axis out of range.
+
+    Examples
+    --------
+    >>> a = kaionb.asarray([1, 2])
+    >>> kaionb.stack([a, a * 10], axis=1).get()
+    array([[ 1, 10],
+           [ 2, 20]])
+    """
     op = "stack"
     arrays = _arrays(op, arrays)
     shape = arrays[0].shape

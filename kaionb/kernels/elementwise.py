@@ -610,13 +610,250 @@ def apply(name, *operands, out=None):
     return y
 
 
+# The generated docstrings' first line and example, per op: (summary, set-up line, call,
+# the call's ``.get()`` as NumPy prints it).
+_DOCS = {
+    "add": (
+        "Add ``x1`` and ``x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.add(x, 2)",
+        "array([3., 4., 6.])"),
+    "subtract": (
+        "Subtract ``x2`` from ``x1`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.subtract(x, 1.5)",
+        "array([-0.5,  0.5,  2.5])"),
+    "multiply": (
+        "Multiply ``x1`` by ``x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.multiply(x, x)",
+        "array([ 1.,  4., 16.])"),
+    "divide": (
+        "Divide ``x1`` by ``x2`` elementwise (true division).",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.divide(x, 4)",
+        "array([0.25, 0.5 , 1.  ])"),
+    "floor_divide": (
+        "Divide ``x1`` by ``x2`` elementwise, rounding toward negative infinity.",
+        "x = kaionb.asarray([7, -7])", "kaionb.floor_divide(x, 2)",
+        "array([ 3, -4])"),
+    "remainder": (
+        "Return the remainder of ``x1 / x2`` elementwise, with the sign of ``x2``.",
+        "x = kaionb.asarray([7, -7])", "kaionb.remainder(x, 3)",
+        "array([1, 2])"),
+    "pow": (
+        "Raise ``x1`` to the power ``x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.pow(x, 2)",
+        "array([ 1.,  4., 16.])"),
+    "maximum": (
+        "Return the larger of ``x1`` and ``x2`` elementwise (NaN if either is NaN).",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.maximum(x, 2.5)",
+        "array([2.5, 2.5, 4. ])"),
+    "minimum": (
+        "Return the smaller of ``x1`` and ``x2`` elementwise (NaN if either is NaN).",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.minimum(x, 2.5)",
+        "array([1. , 2. , 2.5])"),
+    "equal": (
+        "Test ``x1 == x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.equal(x, 2)",
+        "array([False,  True, False])"),
+    "not_equal": (
+        "Test ``x1 != x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.not_equal(x, 2)",
+        "array([ True, False,  True])"),
+    "less": (
+        "Test ``x1 < x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.less(x, 2)",
+        "array([ True, False, False])"),
+    "less_equal": (
+        "Test ``x1 <= x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.less_equal(x, 2)",
+        "array([ True,  True, False])"),
+    "greater": (
+        "Test ``x1 > x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.greater(x, 2)",
+        "array([False, False,  True])"),
+    "greater_equal": (
+        "Test ``x1 >= x2`` elementwise.",
+        "x = kaionb.asarray([1.0, 2.0, 4.0])", "kaionb.greater_equal(x, 2)",
+        "array([False,  True,  True])"),
+    "bitwise_and": (
+        "Compute the bitwise AND of integer or bool ``x1`` and ``x2`` elementwise.",
+        "x = kaionb.asarray([12, 10])", "kaionb.bitwise_and(x, 6)",
+        "array([4, 2])"),
+    "bitwise_or": (
+        "Compute the bitwise OR of integer or bool ``x1`` and ``x2`` elementwise.",
+        "x = kaionb.asarray([12, 10])", "kaionb.bitwise_or(x, 6)",
+        "array([14, 14])"),
+    "bitwise_xor": (
+        "Compute the bitwise XOR of integer or bool ``x1`` and ``x2`` elementwise.",
+        "x = kaionb.asarray([12, 10])", "kaionb.bitwise_xor(x, 6)",
+        "array([10, 12])"),
+    "logical_and": (
+        "Compute the truth value of ``x1 AND x2`` elementwise (a bool result).",
+        "x = kaionb.asarray([True, True, False])", "kaionb.logical_and(x, [True, False, False])",
+        "array([ True, False, False])"),
+    "logical_or": (
+        "Compute the truth value of ``x1 OR x2`` elementwise (a bool result).",
+        "x = kaionb.asarray([True, True, False])", "kaionb.logical_or(x, [True, False, False])",
+        "array([ True,  True, False])"),
+    "logical_xor": (
+        "Compute the truth value of ``x1 XOR x2`` elementwise (a bool result).",
+        "x = kaionb.asarray([True, True, False])", "kaionb.logical_xor(x, [True, False, False])",
+        "array([False,  True, False])"),
+    "negative": (
+        "Negate ``x`` elementwise.",
+        "x = kaionb.asarray([-1.5, 0.0, 2.5])", "kaionb.negative(x)",
+        "array([ 1.5, -0. , -2.5])"),
+    "positive": (
+        "Return ``+x`` elementwise (a copy of ``x``).",
+        "x = kaionb.asarray([-1.5, 0.0, 2.5])", "kaionb.positive(x)",
+        "array([-1.5,  0. ,  2.5])"),
+    "abs": (
+        "Return the absolute value of ``x`` elementwise.",
+        "x = kaionb.asarray([-1.5, 0.0, 2.5])", "kaionb.abs(x)",
+        "array([1.5, 0. , 2.5])"),
+    "square": (
+        "Square ``x`` elementwise.",
+        "x = kaionb.asarray([-1.5, 0.0, 2.5])", "kaionb.square(x)",
+        "array([2.25, 0.  , 6.25])"),
+    "sign": (
+        "Return the sign of ``x`` elementwise: -1, 0 or 1 (NaN for NaN).",
+        "x = kaionb.asarray([-1.5, 0.0, 2.5])", "kaionb.sign(x)",
+        "array([-1.,  0.,  1.])"),
+    "bitwise_invert": (
+        "Invert the bits of integer or bool ``x`` elementwise (``~x``).",
+        "x = kaionb.asarray([0, 5], dtype=np.uint8)", "kaionb.bitwise_invert(x)",
+        "array([255, 250], dtype=uint8)"),
+    "logical_not": (
+        "Compute the truth value of ``NOT x`` elementwise (a bool result).",
+        "x = kaionb.asarray([True, False])", "kaionb.logical_not(x)",
+        "array([False,  True])"),
+    "exp": (
+        "Compute the exponential of ``x`` elementwise.",
+        "x = kaionb.asarray([0.0, 1.0])", "kaionb.exp(x)",
+        "array([1.        , 2.71828183])"),
+    "log": (
+        "Compute the natural logarithm of ``x`` elementwise.",
+        "x = kaionb.asarray([1.0, np.e])", "kaionb.log(x)",
+        "array([0., 1.])"),
+    "sqrt": (
+        "Compute the square root of ``x`` elementwise.",
+        "x = kaionb.asarray([1.0, 4.0, 9.0])", "kaionb.sqrt(x)",
+        "array([1., 2., 3.])"),
+    "rsqrt": (
+        "Compute the reciprocal square root ``1 / sqrt(x)`` elementwise.",
+        "x = kaionb.asarray([1.0, 4.0, 16.0])", "kaionb.rsqrt(x)",
+        "array([1.  , 0.5 , 0.25])"),
+    "sin": (
+        "Compute the sine of ``x`` (radians) elementwise.",
+        "x = kaionb.asarray([0.0, np.pi / 2])", "kaionb.sin(x)",
+        "array([0., 1.])"),
+    "cos": (
+        "Compute the cosine of ``x`` (radians) elementwise.",
+        "x = kaionb.asarray([0.0, np.pi])", "kaionb.cos(x)",
+        "array([ 1., -1.])"),
+    "tanh": (
+        "Compute the hyperbolic tangent of ``x`` elementwise.",
+        "x = kaionb.asarray([0.0, 1.0])", "kaionb.tanh(x)",
+        "array([0.        , 0.76159416])"),
+    "sigmoid": (
+        "Compute the logistic sigmoid ``1 / (1 + exp(-x))`` elementwise.",
+        "x = kaionb.asarray([0.0, 2.0])", "kaionb.sigmoid(x)",
+        "array([0.5       , 0.88079708])"),
+    "floor": (
+        "Round ``x`` down to an integer value elementwise.",
+        "x = kaionb.asarray([-1.5, 0.0, 2.5])", "kaionb.floor(x)",
+        "array([-2.,  0.,  2.])"),
+    "ceil": (
+        "Round ``x`` up to an integer value elementwise.",
+        "x = kaionb.asarray([-1.5, 0.0, 2.5])", "kaionb.ceil(x)",
+        "array([-1.,  0.,  3.])"),
+    "isnan": (
+        "Test ``x`` for NaN elementwise (a bool result).",
+        "x = kaionb.asarray([1.0, np.nan, np.inf])", "kaionb.isnan(x)",
+        "array([False,  True, False])"),
+    "isinf": (
+        "Test ``x`` for positive or negative infinity elementwise (a bool result).",
+        "x = kaionb.asarray([1.0, np.nan, np.inf])", "kaionb.isinf(x)",
+        "array([False, False,  True])"),
+    "isfinite": (
+        "Test ``x`` for finite values elementwise (a bool result).",
+        "x = kaionb.asarray([1.0, np.nan, np.inf])", "kaionb.isfinite(x)",
+        "array([ True, False, False])"),
+}
+
+
+_DOC_NOTES = {
+    "rsqrt": " ``rsqrt`` is not a NumPy ufunc: it takes ``np.sqrt``'s type rules.",
+    "sigmoid": " ``sigmoid`` is not a NumPy ufunc: it takes ``np.tanh``'s type rules "
+               "(integers and bool give floats).",
+    "pow": " An integer raised to a negative Python int is refused, as NumPy does.",
+}
+
+
+def _docstring(name: str) -> str:
+    """The numpydoc docstring of the public elementwise op ``name`` (``_binary`` /
+    ``_unary``): its ``_DOCS`` line and example, and the contract they share."""
+    summary, setup, call, result = _DOCS[name]
+    ufunc = UFUNCS[name].numpy.__name__
+    if UFUNCS[name].nin == 2:
+        kind = (f"NumPy's broadcasting and type promotion: the result dtype is ``np.{ufunc}``'s\n"
+                "for the operands (Python numbers are weak scalars, NEP 50; one difference: "
+                "a Python\nnumber keeps a bfloat16 array bfloat16).")
+        params = ("x1, x2 : DeviceArray, array_like or scalar\n"
+                  "    The operands; they broadcast together. GPU arrays of other libraries "
+                  "are used\n    zero-copy, NumPy arrays and lists are copied to the device, "
+                  "Python and NumPy\n    scalars go to the kernel as arguments.\n")
+        shapes = "Operands (or ``out``) whose shapes do not broadcast, or arrays on two devices."
+    else:
+        kind = f"The result dtype is ``np.{ufunc}``'s for ``x``'s dtype."
+        params = ("x : DeviceArray or array_like\n"
+                  "    The input. GPU arrays of other libraries are used zero-copy, NumPy "
+                  "arrays and\n    lists are copied to the device.\n")
+        shapes = "An ``out`` whose shape ``x`` does not broadcast to."
+    taped = (" Recorded on the active :class:`kaionb.grad.Tape` when an operand requires a "
+             "gradient." if name in _DIFFERENTIABLE else "")
+    pow_raise = "\n    An integer array raised to a negative Python int." if name == "pow" else ""
+    overflow = ("\nOverflowError\n    A Python int outside the range of the integer dtype it is "
+                "computed in." if UFUNCS[name].nin == 2 else "")
+    notes = (_DOC_NOTES.get(name, "") + taped).strip()
+    notes = f"\n\n{notes}" if notes else ""
+    return f"""{summary}
+
+{kind} float16 and bfloat16 compute in float32.
+Any strides: broadcast, transposed, sliced, negative steps; an ``out`` that overlaps
+an input other than element for element gets a copy of that input first, as NumPy does.{notes}
+
+Parameters
+----------
+{params}out : DeviceArray, optional
+    The array to write in place: the result's shape (or one it broadcasts to), any layout,
+    a dtype the result casts to under ``same_kind`` casting.
+
+Returns
+-------
+DeviceArray
+    The result (``out`` itself when given), on the inputs' device.
+
+Raises
+------
+TypeError
+    Dtypes ``np.{ufunc}`` has no loop for (NumPy's message), an argument that is not an
+    array or a number, or an ``out`` that is not a DeviceArray or cannot take the result
+    dtype under ``same_kind`` casting.
+ValueError
+    {shapes}{pow_raise}{overflow}
+
+Examples
+--------
+>>> {setup}
+>>> {call}.get()
+{result}
+"""
+
+
 def _binary(name):
     def op(x1, x2, /, *, out=None):
         return apply(name, x1, x2, out=out)
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = (f"``{name}(x1, x2)`` elementwise with NumPy broadcasting and type "
-                  f"promotion (``np.{UFUNCS[name].numpy.__name__}``); ``out=`` writes in "
-                  "place (any layout, a same-kind cast).")
+    op.__doc__ = _docstring(name)
     return op
 
 
@@ -624,8 +861,7 @@ def _unary(name):
     def op(x, /, *, out=None):
         return apply(name, x, out=out)
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = (f"``{name}(x)`` elementwise, with NumPy's result dtype "
-                  f"(``np.{UFUNCS[name].numpy.__name__}``'s); ``out=`` writes in place.")
+    op.__doc__ = _docstring(name)
     return op
 
 
@@ -673,14 +909,79 @@ isfinite = _unary("isfinite")
 
 
 def where(condition, x1, x2, /, *, out=None):
-    """``x1`` where ``condition`` (cast to bool) else ``x2``, broadcast together; the
-    result dtype is NumPy's ``result_type(x1, x2)``."""
+    """Choose ``x1`` where ``condition`` is true, else ``x2``, elementwise.
+
+    ``condition`` is cast to bool; the three broadcast together, and the result dtype is
+    NumPy's ``result_type(x1, x2)`` (Python numbers are weak scalars). Recorded on the
+    active :class:`kaionb.grad.Tape` when ``x1`` or ``x2`` requires a gradient.
+
+    Parameters
+    ----------
+    condition : DeviceArray or array_like
+        Where to take ``x1``.
+    x1, x2 : DeviceArray, array_like or scalar
+        The values where ``condition`` is true and where it is false.
+    out : DeviceArray, optional
+        The array to write in place: the result's shape (or one it broadcasts to), any
+        layout, a dtype the result casts to under ``same_kind`` casting.
+
+    Returns
+    -------
+    DeviceArray
+        The result (``out`` itself when given), on the inputs' device.
+
+    Raises
+    ------
+    TypeError
+        An argument that is not an array or a number (``condition`` None included), or an
+        ``out`` that is not a DeviceArray or cannot take the result dtype.
+    ValueError
+        Shapes that do not broadcast, or arrays on two devices.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([-1.0, 2.0, -3.0])
+    >>> kaionb.where(x > 0, x, 0.0).get()
+    array([0., 2., 0.])
+    """
     return apply("where", condition, x1, x2, out=out)
 
 
 def clip(x, /, min=None, max=None, *, out=None):  # noqa: A002  (the array API's names)
-    """``minimum(maximum(x, min), max)`` with NumPy's ``np.clip`` types; a NaN in ``x``
-    stays NaN. ``min`` / ``max`` None leave that side open."""
+    """Limit ``x`` to ``[min, max]`` elementwise: ``minimum(maximum(x, min), max)``.
+
+    NumPy's ``np.clip`` type rules; a NaN in ``x`` stays NaN. ``min`` or ``max`` None
+    leaves that side open (both None: a copy of ``x``).
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The values.
+    min, max : DeviceArray, array_like, scalar or None, optional
+        The bounds, broadcast with ``x``; None leaves that side open.
+    out : DeviceArray, optional
+        The array to write in place: the result's shape (or one it broadcasts to), any
+        layout, a dtype the result casts to under ``same_kind`` casting.
+
+    Returns
+    -------
+    DeviceArray
+        The clipped values (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` or a bound that is not an array or a number (``x`` None included), dtypes
+        ``np.clip`` refuses, or an ``out`` that is not a DeviceArray.
+    ValueError
+        Shapes that do not broadcast, or arrays on two devices.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([-2.0, 0.5, 3.0])
+    >>> kaionb.clip(x, 0.0, 1.0).get()
+    array([0. , 0.5, 1. ])
+    """
     if min is None and max is None:
         x = as_array("clip", "x", x)
         return elementwise_fwd("copy", x, out=out, dtype=x.dtype)

@@ -147,9 +147,49 @@ def _gather_launch(x, idx, axis, out):
 
 
 def take(x, indices, /, *, axis=None, out=None):
-    """``x`` gathered at integer ``indices`` along ``axis`` (None: the flattened array),
-    NumPy's ``np.take``; the result has ``indices``' shape in place of that axis. Host
-    indices are bounds-checked (IndexError); device ones wrap (module doc)."""
+    """Gather the elements of ``x`` at integer ``indices`` along ``axis``, as ``np.take``.
+
+    The result has ``indices``' shape in place of that axis. Host indices (a list, a
+    NumPy array) are bounds-checked on the host (NumPy's IndexError); device indices are
+    not read back: a negative one counts from the end and one outside the axis wraps
+    around (modulo the axis size), as in CuPy, never an out-of-bounds read. Elements
+    move as raw bits, so every dtype is covered.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The array to gather from (at least 1-D).
+    indices : DeviceArray or array_like of int
+        The indices, any shape.
+    axis : int or None, optional
+        The axis to gather along; None gathers from the flattened array.
+    out : DeviceArray, optional
+        An array of the result's shape and ``x``'s dtype to write (any layout).
+
+    Returns
+    -------
+    DeviceArray
+        The gathered elements (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array, or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        A 0-d ``x``, or an ``out`` of another shape.
+    IndexError
+        Host indices out of range or not integers, or indices into an empty axis.
+    numpy.exceptions.AxisError
+        An axis out of range.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1, 2], [3, 4], [5, 6]])
+    >>> kaionb.take(x, [2, 0], axis=0).get()
+    array([[5, 6],
+           [1, 2]])
+    """
     return take_fwd(x, indices, axis=axis, out=out)
 
 

@@ -605,48 +605,229 @@ _F16, _BF16 = (np.dtype(np.float16),), (bfloat16,)
 
 
 def matmul_tc(a, b, *, out=None, dtype=None) -> DeviceArray:
-    """KAIO's ``matmul_tc``: ``a @ b`` for float16 a (M×K) and b (K×N) on tensor cores,
-    f32 accumulation, float32 result by default (``dtype``, or ``out``'s dtype: float16 or
-    bfloat16 too).
-    The mma.sync kernel with register-staged loads, or on compute capability 9.0 the wgmma
+    """Multiply float16 matrices on tensor cores, float32 result: KAIO's ``matmul_tc``.
+
+    ``a @ b`` for float16 a (M×K) and b (K×N) with f32 accumulation; the result is
+    float32 by default (``dtype``, or ``out``'s dtype: float16 or bfloat16 too). The
+    mma.sync kernel with register-staged loads, or on compute capability 9.0 the wgmma
     kernel where the operand rows are 16-byte aligned and the output fills the GPU. Any
-    M, N, K; ``a.T`` / ``b.T`` views without copies. See :func:`matmul` for batches."""
+    M, N, K; ``a.T`` / ``b.T`` views without copies. See :func:`matmul` for batches.
+
+    Parameters
+    ----------
+    a : DeviceArray
+        The float16 [M, K] matrix (NumPy's matmul rules: 1-D and batched ones too).
+    b : DeviceArray
+        The float16 [K, N] matrix.
+    out : DeviceArray, optional
+        A C-contiguous [M, N] array to write (float32, float16 or bfloat16).
+    dtype : dtype, optional
+        The result dtype: float32 (default), float16 or bfloat16.
+
+    Returns
+    -------
+    DeviceArray
+        ``a @ b`` [M, N] (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        Inputs that are not float16 (or not arrays), or an output dtype other than
+        float32, float16 or bfloat16.
+    ValueError
+        Inner dimensions that differ, an ``out`` of another shape, not C-contiguous or on
+        another device, or inputs on two devices.
+
+    Examples
+    --------
+    >>> a = kaionb.asarray(np.ones((2, 3), np.float16))
+    >>> b = kaionb.asarray(np.ones((3, 4), np.float16))
+    >>> kaionb.matmul_tc(a, b).get()
+    array([[3., 3., 3., 3.],
+           [3., 3., 3., 3.]], dtype=float32)
+    """
     return matmul_fwd("matmul_tc", a, b, dtypes=_F16, loads="sync", out=out, dtype=dtype,
                       default_dtype=np.float32)
 
 
 def matmul_tc_bf16(a, b, *, out=None, dtype=None) -> DeviceArray:
-    """As :func:`matmul_tc` for bfloat16 inputs."""
+    """Multiply bfloat16 matrices on tensor cores, float32 result: :func:`matmul_tc` for bfloat16.
+
+    Parameters
+    ----------
+    a : DeviceArray
+        The bfloat16 [M, K] matrix.
+    b : DeviceArray
+        The bfloat16 [K, N] matrix.
+    out : DeviceArray, optional
+        A C-contiguous [M, N] array to write (float32, float16 or bfloat16).
+    dtype : dtype, optional
+        The result dtype: float32 (default), float16 or bfloat16.
+
+    Returns
+    -------
+    DeviceArray
+        ``a @ b`` [M, N] (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        Inputs that are not bfloat16 (or not arrays), or an output dtype other than
+        float32, float16 or bfloat16.
+    ValueError
+        Inner dimensions that differ, an ``out`` of another shape, not C-contiguous or on
+        another device, or inputs on two devices.
+
+    Examples
+    --------
+    >>> a = kaionb.ones((2, 3), dtype=kaionb.bfloat16)
+    >>> kaionb.matmul_tc_bf16(a, a.T).get()
+    array([[3., 3.],
+           [3., 3.]], dtype=float32)
+    """
     return matmul_fwd("matmul_tc_bf16", a, b, dtypes=_BF16, loads="sync", out=out, dtype=dtype,
                       default_dtype=np.float32)
 
 
 def matmul_tc_async(a, b, *, out=None, dtype=None) -> DeviceArray:
-    """As :func:`matmul_tc` with the 4-stage cp.async pipeline on the mma.sync path
-    (16-byte-aligned rows; other inputs run the register-staged kernel)."""
+    """Multiply float16 matrices with the cp.async pipeline: :func:`matmul_tc`, async loads.
+
+    As :func:`matmul_tc` with the 4-stage cp.async pipeline on the mma.sync path
+    (16-byte-aligned rows; other inputs run the register-staged kernel).
+
+    Parameters
+    ----------
+    a : DeviceArray
+        The float16 [M, K] matrix.
+    b : DeviceArray
+        The float16 [K, N] matrix.
+    out : DeviceArray, optional
+        A C-contiguous [M, N] array to write (float32, float16 or bfloat16).
+    dtype : dtype, optional
+        The result dtype: float32 (default), float16 or bfloat16.
+
+    Returns
+    -------
+    DeviceArray
+        ``a @ b`` [M, N] (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        Inputs that are not float16 (or not arrays), or an output dtype other than
+        float32, float16 or bfloat16.
+    ValueError
+        Inner dimensions that differ, an ``out`` of another shape, not C-contiguous or on
+        another device, or inputs on two devices.
+
+    Examples
+    --------
+    >>> a = kaionb.ones((2, 3), dtype=np.float16)
+    >>> kaionb.matmul_tc_async(a, a.T, dtype=np.float16).get()
+    array([[3., 3.],
+           [3., 3.]], dtype=float16)
+    """
     return matmul_fwd("matmul_tc_async", a, b, dtypes=_F16, out=out, dtype=dtype,
                       default_dtype=np.float32)
 
 
 def matmul_tc_bf16_async(a, b, *, out=None, dtype=None) -> DeviceArray:
-    """As :func:`matmul_tc_async` for bfloat16 inputs."""
+    """Multiply bfloat16 matrices with the cp.async pipeline: :func:`matmul_tc_async` for bfloat16.
+
+    Parameters
+    ----------
+    a : DeviceArray
+        The bfloat16 [M, K] matrix.
+    b : DeviceArray
+        The bfloat16 [K, N] matrix.
+    out : DeviceArray, optional
+        A C-contiguous [M, N] array to write (float32, float16 or bfloat16).
+    dtype : dtype, optional
+        The result dtype: float32 (default), float16 or bfloat16.
+
+    Returns
+    -------
+    DeviceArray
+        ``a @ b`` [M, N] (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        Inputs that are not bfloat16 (or not arrays), or an output dtype other than
+        float32, float16 or bfloat16.
+    ValueError
+        Inner dimensions that differ, an ``out`` of another shape, not C-contiguous or on
+        another device, or inputs on two devices.
+
+    Examples
+    --------
+    >>> a = kaionb.ones((2, 3), dtype=kaionb.bfloat16)
+    >>> kaionb.matmul_tc_bf16_async(a, a.T).shape
+    (2, 2)
+    """
     return matmul_fwd("matmul_tc_bf16_async", a, b, dtypes=_BF16, out=out, dtype=dtype,
                       default_dtype=np.float32)
 
 
 def matmul(a, b, *, out=None, dtype=None, precision: str = DEFAULT_PRECISION) -> DeviceArray:
-    """``a @ b`` as ``numpy.matmul``: a [..., M, K] @ b [..., K, N] → [..., M, N], batch
-    dimensions broadcast (one launch for the batch), a 1-D a (K,) is a row and a 1-D b
-    (K,) a column whose dimension leaves the result.
+    """Matrix product ``a @ b`` on tensor cores, as ``numpy.matmul``.
+
+    a [..., M, K] @ b [..., K, N] → [..., M, N], batch dimensions broadcast (one launch
+    for the batch), a 1-D a (K,) is a row and a 1-D b (K,) a column whose dimension
+    leaves the result. Any M, N, K; transposed views (``x.T``) are read without copies.
 
     Inputs: float16, bfloat16 or float32, both the same. Accumulation is float32 on
     tensor cores; the result has the inputs' dtype, or ``dtype`` (float32, float16 or
     bfloat16; e.g. float32 results of float16 inputs). float32 inputs run on tf32 tensor
     cores: ``precision="highest"`` (the default) splits each operand into two tf32 parts
     and keeps float32 accuracy (relative error ~1e-6, 3 mmas per step), ``"tf32"`` runs
-    one pass (10-bit mantissas: relative error ~1e-3, about 3× faster).
+    one pass (10-bit mantissas: relative error ~1e-3, about 3× faster). On compute
+    capability 9.0, 16-bit operands with 16-byte aligned rows run a wgmma + TMA kernel
+    when the output fills the GPU; elsewhere mma.sync.
 
-    Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient.
+    Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient
+    (dA = dC·Bᵀ, dB = Aᵀ·dC, float32 gradients).
+
+    Parameters
+    ----------
+    a : DeviceArray or array_like
+        [..., M, K] or (K,); float16, bfloat16 or float32.
+    b : DeviceArray or array_like
+        [..., K, N] or (K,); a's dtype.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape to write; its dtype is the result's
+        unless ``dtype`` is given.
+    dtype : dtype, optional
+        The result dtype: float32, float16 or bfloat16 (default: the inputs').
+    precision : {"highest", "tf32"}, optional
+        For float32 inputs: tf32x3 (float32 accuracy) or one tf32 pass.
+
+    Returns
+    -------
+    DeviceArray
+        The product [..., M, N] (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        Inputs that are not arrays or not float16 / bfloat16 / float32, inputs of two
+        dtypes, or an output dtype other than float32, float16 or bfloat16 (an ``out``
+        that is not device memory included).
+    ValueError
+        Inner dimensions that differ, batch dimensions that do not broadcast, a 0-d
+        operand, an unknown ``precision``, an ``out`` of another shape, not C-contiguous
+        or on another device, operand rows not a whole number of elements apart, or
+        inputs on two devices.
+
+    Examples
+    --------
+    >>> a = kaionb.asarray(np.ones((2, 3), np.float16))
+    >>> b = kaionb.asarray(np.ones((3, 4), np.float16))
+    >>> c = a @ b
+    >>> c.shape, c.dtype
+    ((2, 4), dtype('float16'))
+    >>> kaionb.matmul(a, b, dtype=np.float32).get()[0]
+    array([3., 3., 3., 3.], dtype=float32)
     """
     a = as_array("matmul", "a", a)
     b = as_array("matmul", "b", b)

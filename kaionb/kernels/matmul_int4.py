@@ -71,14 +71,49 @@ def _tiles_m(m: int) -> int:
 # -- the packed weight ------------------------------------------------------------------------
 
 class Int4Weight:
-    """A 4-bit weight [K, N] packed for :func:`matmul_int4` (module doc; the layout is
-    ``kaionb.kernels.helpers.int4``'s). Make one with :func:`quantize_int4` or
-    :func:`pack_int4` (:func:`pack_int4.from_gptq` for a GPTQ checkpoint); it is
-    read-only and lives on the device it was made on.
+    """A 4-bit weight [K, N] packed for :func:`matmul_int4`.
 
-    ``shape`` (K, N); ``group_size`` (-1: one group per column); ``symmetric`` (no zero
-    points); ``act_order`` (rows stored sorted by group, x permuted to match in the
-    kernel); ``nbytes`` the device bytes a matmul streams (weights, scales, zeros)."""
+    The layout is ``kaionb.kernels.helpers.int4``'s (module doc of
+    ``kaionb.kernels.matmul_int4``). Make one with :func:`quantize_int4` or
+    :func:`pack_int4` (:func:`pack_int4.from_gptq` for a GPTQ checkpoint) rather than
+    with the constructor; it is read-only and lives on the device it was made on.
+
+    Parameters
+    ----------
+    qweight : DeviceArray
+        The packed codes (uint32 words).
+    scales : DeviceArray
+        The packed float16 scales.
+    zeros : DeviceArray or None
+        The packed zero points, or None for symmetric codes (zero 8).
+    perm : DeviceArray or None
+        The int32 row order of an act-order weight (rows sorted by group), or None.
+    shape : tuple of int
+        (K, N).
+    group_size : int
+        Rows per group, or -1 for one group per column.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        (K, N).
+    group_size : int
+        Rows per group (-1: one group per column).
+    symmetric : bool
+        No zero points (zero 8).
+    act_order : bool
+        Rows stored sorted by group, x permuted to match in the kernel.
+    nbytes : int
+        The device bytes a matmul streams (weights, scales, zeros).
+    device_id : int
+        The GPU the weight lives on.
+
+    Examples
+    --------
+    >>> w = kaionb.quantize_int4(np.ones((256, 64), np.float32), group_size=64)
+    >>> w.shape, w.group_size, w.symmetric, w.act_order
+    ((256, 64), 64, True, False)
+    """
 
     __slots__ = ("qweight", "scales", "zeros", "perm", "shape", "group_size")
 
@@ -124,7 +159,29 @@ class Int4Weight:
         return (self.qweight, self.scales, self.zeros, self.perm, self.shape, self.group_size)
 
     def dequantize(self, dtype=np.float16) -> DeviceArray:
-        """:func:`dequantize_int4` of this weight."""
+        """Return the weight as a dense array: :func:`dequantize_int4` of this weight.
+
+        Parameters
+        ----------
+        dtype : dtype, optional
+            The result dtype: float16 (default) or bfloat16.
+
+        Returns
+        -------
+        DeviceArray
+            The [K, N] weight in its original row order.
+
+        Raises
+        ------
+        TypeError
+            A dtype other than float16 or bfloat16.
+
+        Examples
+        --------
+        >>> w = kaionb.quantize_int4(np.full((128, 8), 7.0, np.float32))
+        >>> w.dequantize().get()[0, :3]
+        array([7., 7., 7.], dtype=float16)
+        """
         return dequantize_int4(self, dtype)
 
     def __repr__(self) -> str:
@@ -224,16 +281,51 @@ def _unpack(w: Int4Weight) -> tuple:
 
 @device_guard
 def pack_int4(q, scales, zeros=None, *, group_size: int = 128, g_idx=None) -> Int4Weight:
-    """Pack unpacked 4-bit codes into an :class:`Int4Weight` on the device of the arrays
-    given on a GPU (else the current device).
+    """Pack unpacked 4-bit codes, scales and zero points into an :class:`Int4Weight`.
 
-    ``q`` integers [K, N], each 0 .. 15; ``scales`` float [K / group_size, N] (stored as
-    float16); ``zeros`` integers [K / group_size, N], each 0 .. 16, or None for symmetric
-    codes (zero 8); the weight is ``scales[g, n] · (q[k, n] - zeros[g, n])`` with g the
-    group of row k: ``k // group_size``, or ``g_idx[k]`` for an act-order checkpoint
-    (each group must hold group_size rows; they are stored sorted by group and x is read
-    in that order). ``group_size``: a power of two ≥ 32, or -1 for one group per column
-    (scales [1, N]). Arrays may live on the host or on a device."""
+    The weight is ``scales[g, n] · (q[k, n] - zeros[g, n])`` with g the group of row k:
+    ``k // group_size``, or ``g_idx[k]`` for an act-order checkpoint (each group must
+    hold group_size rows; they are stored sorted by group and x is read in that order).
+    Packing runs on the host; the weight lands on the device of the arrays given on a
+    GPU (else the current device). Arrays may live on the host or on a device.
+
+    Parameters
+    ----------
+    q : array_like of int
+        The codes [K, N], each 0 .. 15.
+    scales : array_like of float
+        [K / group_size, N] (stored as float16, which must hold them).
+    zeros : array_like of int, optional
+        [K / group_size, N], each 0 .. 16, or None for symmetric codes (zero 8).
+    group_size : int, optional
+        A power of two ≥ 32 dividing K, or -1 for one group per column (scales [1, N]).
+    g_idx : array_like of int, optional
+        The group of each row [K] (act-order checkpoints), or None for ``k // group_size``.
+
+    Returns
+    -------
+    Int4Weight
+        The packed weight.
+
+    Raises
+    ------
+    TypeError
+        ``q`` or ``zeros`` that is not integers, ``scales`` that is not floats, an
+        argument that is not an array, or a ``group_size`` that is not an int.
+    ValueError
+        ``q`` not 2-D or empty, codes outside 0 .. 15, zero points outside 0 .. 16,
+        ``scales`` / ``zeros`` of another shape, scales that are not finite in float16,
+        a ``group_size`` that is not -1 or a power of two ≥ 32 or does not divide K, or a
+        ``g_idx`` of another shape or whose groups do not hold group_size rows each.
+
+    Examples
+    --------
+    >>> q = np.full((64, 8), 9, np.uint8)          # codes; symmetric: zero point 8
+    >>> scales = np.full((2, 8), 0.5, np.float32)  # group_size 32: K / 32 = 2 groups
+    >>> w = kaionb.pack_int4(q, scales, group_size=32)
+    >>> kaionb.dequantize_int4(w).get()[0, :3]
+    array([0.5, 0.5, 0.5], dtype=float16)
+    """
     op = "pack_int4"
     q = _host(op, "q", q)
     if q.ndim != 2 or q.dtype.kind not in "iu":
@@ -289,19 +381,52 @@ def pack_int4(q, scales, zeros=None, *, group_size: int = 128, g_idx=None) -> In
 @device_guard
 def from_gptq(qweight, qzeros, scales, g_idx=None, group_size: int = 128, *,
               format: str = "gptq") -> Int4Weight:
-    """An :class:`Int4Weight` from the tensors of a GPTQ checkpoint layer, as AutoGPTQ /
-    transformers store them:
+    """Make an :class:`Int4Weight` from the tensors of a GPTQ checkpoint layer.
 
-    - ``qweight`` int32 [K / 8, N]: bits 4j .. 4j + 3 (j = 0 the lowest) of
-      ``qweight[i, n]`` are the code q of row 8i + j, column n;
-    - ``qzeros`` int32 [K / group_size, N / 8]: bits 4j .. 4j + 3 of ``qzeros[g, c]`` are
-      the zero point of group g, column 8c + j — stored minus one in the ``"gptq"``
-      format (AutoGPTQ's v1, the common one: zero = stored + 1) and as is in
-      ``"gptq_v2"``;
-    - ``scales`` float16 [K / group_size, N];
-    - ``g_idx`` int32 [K] (act-order checkpoints: the group of each row), or None.
+    The tensors as AutoGPTQ / transformers store them (bit layouts below); the weight is
+    ``scales[g, n] · (q - zero)``. Called as ``kaionb.pack_int4.from_gptq``.
 
-    The weight is ``scales[g, n] · (q - zero)``."""
+    Parameters
+    ----------
+    qweight : array_like of int32
+        [K / 8, N]: bits 4j .. 4j + 3 (j = 0 the lowest) of ``qweight[i, n]`` are the
+        code q of row 8i + j, column n.
+    qzeros : array_like of int32
+        [K / group_size, N / 8]: bits 4j .. 4j + 3 of ``qzeros[g, c]`` are the zero point
+        of group g, column 8c + j — stored minus one in the ``"gptq"`` format (AutoGPTQ's
+        v1, the common one: zero = stored + 1) and as is in ``"gptq_v2"``.
+    scales : array_like of float16
+        [K / group_size, N].
+    g_idx : array_like of int32, optional
+        [K] (act-order checkpoints: the group of each row), or None.
+    group_size : int, optional
+        The checkpoint's group size (-1: one group per column).
+    format : {"gptq", "gptq_v2"}, optional
+        How the zero points are stored.
+
+    Returns
+    -------
+    Int4Weight
+        The packed weight.
+
+    Raises
+    ------
+    TypeError
+        ``qweight`` or ``qzeros`` that is not 2-D int32, or what :func:`pack_int4`
+        refuses.
+    ValueError
+        An unknown ``format``, ``qzeros`` of another shape, a bad ``group_size``, or what
+        :func:`pack_int4` refuses.
+
+    Examples
+    --------
+    >>> qweight = np.zeros((64 // 8, 8), np.int32)   # K = 64, N = 8: every code 0
+    >>> qzeros = np.zeros((2, 1), np.int32)          # stored 0: zero point 1 ("gptq")
+    >>> scales = np.ones((2, 8), np.float16)
+    >>> w = kaionb.pack_int4.from_gptq(qweight, qzeros, scales, group_size=32)
+    >>> kaionb.dequantize_int4(w).get()[0, :2]
+    array([-1., -1.], dtype=float16)
+    """
     op = "pack_int4.from_gptq"
     if format not in ("gptq", "gptq_v2"):
         fail(ValueError, op, "format", "'gptq' or 'gptq_v2'", repr(format))
@@ -336,15 +461,46 @@ pack_int4.from_gptq = from_gptq
 
 @device_guard
 def quantize_int4(w, group_size: int = 128, symmetric: bool = True) -> Int4Weight:
-    """Round-to-nearest 4-bit quantization of a float weight ``w`` [K, N] (float16,
-    bfloat16 or float32; the ``b`` of ``x @ b``) per group of ``group_size`` rows of each
-    column (-1: the whole column), on the host:
+    """Quantize a float weight to 4 bits (round to nearest) into an :class:`Int4Weight`.
+
+    ``w`` [K, N] is the ``b`` of ``x @ b``; each group of ``group_size`` rows of each
+    column (-1: the whole column) gets its scale, on the host:
 
     - symmetric: scale = max|w| / 7, q = clip(rint(w / scale), -8, 7) + 8 (zero 8);
     - asymmetric: over [min(w, 0), max(w, 0)], scale = (max - min) / 15,
       zero = rint(-min / scale), q = clip(rint(w / scale) + zero, 0, 15).
 
-    Scales are rounded to float16 first and q computed with the rounded scale."""
+    Scales are rounded to float16 first and q computed with the rounded scale.
+
+    Parameters
+    ----------
+    w : array_like or DeviceArray
+        The weight [K, N]: float16, bfloat16 or float32, on the host or a device.
+    group_size : int, optional
+        A power of two ≥ 32 dividing K, or -1 for one group per column.
+    symmetric : bool, optional
+        Symmetric codes (no zero points) or asymmetric ones.
+
+    Returns
+    -------
+    Int4Weight
+        The packed weight, on the device of a ``w`` on a GPU (else the current device).
+
+    Raises
+    ------
+    TypeError
+        A ``w`` that is not a float array, or a ``group_size`` that is not an int.
+    ValueError
+        A ``w`` that is not a non-empty 2-D array or holds NaN / inf, or a bad
+        ``group_size``.
+
+    Examples
+    --------
+    >>> w = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    >>> wq = kaionb.quantize_int4(w, group_size=128)
+    >>> wq.shape, wq.nbytes
+    ((256, 64), 8448)
+    """
     op = "quantize_int4"
     w = _host(op, "w", w)
     if w.dtype not in (np.float16, np.float32, ml_dtypes.bfloat16, np.float64):
@@ -593,12 +749,46 @@ def matmul_int4_fwd(op: str, a, w, *, out=None, dtype=None) -> DeviceArray:
 
 
 def matmul_int4(a, w, *, out=None, dtype=None) -> DeviceArray:
-    """W4A16 matmul: ``a`` float16 / bfloat16 [..., M, K] times the packed 4-bit weight
-    ``w`` [K, N] (an :class:`Int4Weight`), float32 accumulation; the result [..., M, N]
-    in ``a``'s dtype, or ``dtype`` / ``out``'s (float32, float16, bfloat16).
+    """Multiply float16 / bfloat16 activations by a packed 4-bit weight (W4A16).
 
-    Up to STREAM_MAX_M rows stream the packed weight through the tensor cores once; more
-    rows dequantize it once per call and run the dense matmul."""
+    ``a`` [..., M, K] times ``w`` [K, N] (an :class:`Int4Weight`), float32 accumulation;
+    the result [..., M, N] in ``a``'s dtype, or ``dtype`` / ``out``'s (float32, float16,
+    bfloat16). Up to STREAM_MAX_M (128) rows stream the packed weight through the tensor
+    cores once; more rows dequantize it once per call and run the dense matmul.
+
+    Parameters
+    ----------
+    a : DeviceArray or array_like
+        The activations [..., M, K]: float16 or bfloat16 (cast float32 ones first).
+    w : Int4Weight
+        The packed weight [K, N], on ``a``'s device.
+    out : DeviceArray, optional
+        A C-contiguous [..., M, N] array to write (float32, float16 or bfloat16).
+    dtype : dtype, optional
+        The result dtype: float32, float16 or bfloat16 (default: ``a``'s).
+
+    Returns
+    -------
+    DeviceArray
+        ``a @ w`` [..., M, N] (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``a`` that is not a float16 / bfloat16 array, ``w`` that is not an Int4Weight, an
+        output dtype other than float32 / float16 / bfloat16, or an ``out`` that is not
+        device memory.
+    ValueError
+        A 0-d ``a`` or one whose last dimension is not K, a weight on another device, or an
+        ``out`` of another shape.
+
+    Examples
+    --------
+    >>> w = kaionb.quantize_int4(np.full((256, 64), 7.0, np.float32))  # scale 1, code 15
+    >>> a = kaionb.ones((2, 256), dtype=np.float16)
+    >>> kaionb.matmul_int4(a, w).get()[0, :3].tolist()
+    [1792.0, 1792.0, 1792.0]
+    """
     return matmul_int4_fwd("matmul_int4", a, w, out=out, dtype=dtype)
 
 
@@ -612,9 +802,40 @@ def dequantize_int4_fwd(op: str, w, dtype=np.float16, *, out=None) -> DeviceArra
 
 
 def dequantize_int4(w, dtype=np.float16, *, out=None) -> DeviceArray:
-    """The weight as a float16 (or bfloat16) [K, N] array in its original row order:
-    ``scale · (q - zero)`` rounded once — the values :func:`matmul_int4` multiplies by
-    (bfloat16: with the scale rounded to bfloat16 first)."""
+    """Unpack an :class:`Int4Weight` to a dense float16 (or bfloat16) [K, N] array.
+
+    ``scale · (q - zero)`` rounded once, in the original row order — the values
+    :func:`matmul_int4` multiplies by (bfloat16: with the scale rounded to bfloat16
+    first).
+
+    Parameters
+    ----------
+    w : Int4Weight
+        The packed weight.
+    dtype : dtype, optional
+        The result dtype: float16 (default) or bfloat16.
+    out : DeviceArray, optional
+        A [K, N] array of ``dtype`` to write (any strides).
+
+    Returns
+    -------
+    DeviceArray
+        The dense weight (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``w`` that is not an Int4Weight, a dtype other than float16 / bfloat16, or an
+        ``out`` that is not device memory or has another dtype.
+    ValueError
+        An ``out`` of another shape or on another device.
+
+    Examples
+    --------
+    >>> w = kaionb.quantize_int4(np.full((128, 4), 3.5, np.float32))  # scale 0.5
+    >>> kaionb.dequantize_int4(w, kaionb.bfloat16).astype(np.float32).get()[0]
+    array([3.5, 3.5, 3.5, 3.5], dtype=float32)
+    """
     return dequantize_int4_fwd("dequantize_int4", w, dtype, out=out)
 
 
@@ -672,14 +893,54 @@ def qkv_project_int4_fwd(op: str, x, w_q, w_k, w_v, *, out=None, dtype=None) -> 
 
 
 def qkv_project_int4(x, w_q, w_k, w_v, *, out=None, dtype=None) -> tuple:
-    """The attention input projections of a W4A16 model, ``(x @ w_q, x @ w_k, x @ w_v)``,
-    in one launch: ``q [..., N_q], k [..., N_kv], v [..., N_kv]``.
+    """Project activations to Q, K and V through three 4-bit weights in one launch (W4A16).
+
+    The attention input projections of a W4A16 model, ``(x @ w_q, x @ w_k, x @ w_v)``:
+    ``q [..., N_q], k [..., N_kv], v [..., N_kv]``.
 
     ``x`` float16 / bfloat16 [..., hidden]; ``w_q`` [hidden, N_q], ``w_k`` and ``w_v``
     [hidden, N_kv] :class:`Int4Weight` (GQA: N_kv may differ from N_q; each has its own
     group size, zero points and act order). Results in x's dtype or ``dtype``; ``out``: a
     tuple of three C-contiguous arrays. New results share one allocation. Above
-    STREAM_MAX_M rows: three :func:`matmul_int4` calls."""
+    STREAM_MAX_M (128) rows: three :func:`matmul_int4` calls.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The activations [..., hidden]: float16 or bfloat16.
+    w_q : Int4Weight
+        [hidden, N_q].
+    w_k, w_v : Int4Weight
+        [hidden, N_kv] each (N_kv may differ from N_q: GQA).
+    out : tuple of DeviceArray, optional
+        Three C-contiguous arrays [..., N_q], [..., N_kv], [..., N_kv] of one dtype.
+    dtype : dtype, optional
+        The results' dtype: float32, float16 or bfloat16 (default: x's).
+
+    Returns
+    -------
+    tuple of DeviceArray
+        ``(q, k, v)`` (``out``'s arrays when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not float16 / bfloat16, a weight that is not an Int4Weight, an
+        ``out`` that is not a tuple of three device arrays, or a result dtype other than
+        float32 / float16 / bfloat16.
+    ValueError
+        A weight whose K is not x's last dimension, ``w_k`` and ``w_v`` of different
+        widths, weights on another device, or ``out`` arrays of other shapes.
+
+    Examples
+    --------
+    >>> w_q = kaionb.quantize_int4(np.full((128, 32), 7.0, np.float32))
+    >>> w_kv = kaionb.quantize_int4(np.full((128, 8), 7.0, np.float32))
+    >>> x = kaionb.ones((1, 128), dtype=np.float16)
+    >>> q, k, v = kaionb.qkv_project_int4(x, w_q, w_kv, w_kv)
+    >>> q.shape, k.shape, v.shape
+    ((1, 32), (1, 8), (1, 8))
+    """
     return qkv_project_int4_fwd("qkv_project_int4", x, w_q, w_k, w_v, out=out, dtype=dtype)
 
 

@@ -240,16 +240,61 @@ def matmul_int8_ref(a, b, scale, bias=None) -> np.ndarray:
 
 
 def matmul_int8(a, b, scale, *, bias=None, out=None, dtype=None) -> DeviceArray:
-    """W8A8 matmul: ``a`` int8 [..., M, K] (activations) times ``b`` int8 [K, N] (weights;
-    fastest as the ``w.T`` view of a row-major [N, K] weight, the checkpoint layout),
-    exact int32 accumulation, then ``sum · scale_a[m] · scale_b[n] + bias[n]`` in float32.
+    """Multiply int8 activations by int8 weights with scales and a bias (W8A8).
+
+    ``a`` int8 [..., M, K] (activations) times ``b`` int8 [K, N] (weights; fastest as the
+    ``w.T`` view of a row-major [N, K] weight, the checkpoint layout), exact int32
+    accumulation, then ``sum · scale_a[m] · scale_b[n] + bias[n]`` in float32. Any M, N,
+    K; on compute capability 9.0 wgmma s8 + TMA, decode shapes on mma.sync split-K.
 
     ``scale``: per tensor — a float or a 0-d float32 array — or a pair ``(scale_a,
     scale_b)``: ``scale_a`` a float, a 0-d array or float32 of shape ``a.shape[:-1]`` (one
     per row: per token), ``scale_b`` a float, a 0-d array or float32 [N] (per output
     channel), as :func:`kaionb.quantize_int8` returns them. ``bias``: [N] float32, float16
     or bfloat16. The result [..., M, N] is float32 (default), float16 or bfloat16
-    (``dtype``, or ``out``'s dtype)."""
+    (``dtype``, or ``out``'s dtype).
+
+    Parameters
+    ----------
+    a : DeviceArray or array_like
+        The int8 activations [..., M, K].
+    b : DeviceArray or array_like
+        The int8 weights [K, N].
+    scale : float, DeviceArray or tuple
+        Per tensor (a float or a 0-d float32 array), or ``(scale_a, scale_b)``: per row
+        of ``a`` (float32 ``a.shape[:-1]``) or per tensor, and per output channel
+        (float32 [N]) or per tensor. Finite values.
+    bias : DeviceArray, optional
+        [N] float32, float16 or bfloat16, added after scaling.
+    out : DeviceArray, optional
+        A C-contiguous [..., M, N] array to write (float32, float16 or bfloat16).
+    dtype : dtype, optional
+        The result dtype: float32 (default), float16 or bfloat16.
+
+    Returns
+    -------
+    DeviceArray
+        The scaled product [..., M, N] (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``a`` or ``b`` that is not int8, a ``scale`` that is not a float, an array or a
+        pair (None included), a scale array that is not float32, a ``bias`` dtype other
+        than float32 / float16 / bfloat16, or a result dtype other than float32 / float16
+        / bfloat16 (an ``out`` that is not device memory included).
+    ValueError
+        A 0-d ``a``, a ``b`` that is not 2-D, inner dimensions that differ or are 0, a
+        scale array of the wrong shape, a ``scale`` tuple that is not a pair, a NaN or
+        inf scale, a ``bias`` that is not [N], or an ``out`` of another shape.
+
+    Examples
+    --------
+    >>> a = kaionb.full((2, 32), 2, np.int8)
+    >>> w = kaionb.full((16, 32), 3, np.int8)          # checkpoint layout [N, K]
+    >>> kaionb.matmul_int8(a, w.T, (0.5, 0.25)).get()[0, :4]
+    array([24., 24., 24., 24.], dtype=float32)
+    """
     return matmul_int8_fwd("matmul_int8", a, b, scale, bias=bias, out=out, dtype=dtype)
 
 
@@ -519,8 +564,10 @@ def qkv_project_int8_ref(x, w_q, w_k, w_v, scale_q, scale_k, scale_v, x_scale=No
 
 def qkv_project_int8(x, w_q, w_k, w_v, scale_q, scale_k, scale_v, *, x_scale=None, bias=None,
                      out=None, dtype=None) -> tuple:
-    """The attention input projections of a W8A8 model, ``(x @ w_q, x @ w_k, x @ w_v)``
-    scaled, in one launch: ``q [..., N_q], k [..., N_kv], v [..., N_kv]``.
+    """Project activations to Q, K and V through three int8 weights in one launch (W8A8).
+
+    The attention input projections of a W8A8 model, ``(x @ w_q, x @ w_k, x @ w_v)``
+    scaled: ``q [..., N_q], k [..., N_kv], v [..., N_kv]``.
 
     ``x`` [..., hidden]: float16 / bfloat16 (quantized per token inside the kernel for up
     to FUSED_QUANTIZE_MAX_M rows, by :func:`kaionb.quantize_int8` first above that), or
@@ -533,7 +580,56 @@ def qkv_project_int8(x, w_q, w_k, w_v, scale_q, scale_k, scale_v, *, x_scale=Non
     float32 for an int8 x, or ``dtype``; ``out``: a tuple of three C-contiguous arrays.
     New results share one allocation.
 
-    On compute capability 9.0 more than DECODE_MAX_M rows run three wgmma GEMMs instead
-    (:func:`matmul_int8`), faster there than one mma.sync launch."""
+    On compute capability 9.0 more than DECODE_MAX_M (64) rows run three wgmma GEMMs
+    instead (:func:`matmul_int8`), faster there than one mma.sync launch.
+    (FUSED_QUANTIZE_MAX_M is 2.)
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        [..., hidden]: float16 / bfloat16, or int8 with ``x_scale``.
+    w_q : DeviceArray or array_like
+        The int8 weight [hidden, N_q].
+    w_k, w_v : DeviceArray or array_like
+        The int8 weights [hidden, N_kv] (N_kv may differ from N_q: GQA).
+    scale_q, scale_k, scale_v : float or DeviceArray
+        Each weight's scale: per tensor (a float or a 0-d float32 array) or per output
+        channel (float32 [N]); finite.
+    x_scale : float or DeviceArray, optional
+        For an int8 ``x`` only: a float, a 0-d float32 array or float32
+        ``x.shape[:-1]``.
+    bias : tuple, optional
+        Three biases, each None or [N] (float32, float16 or bfloat16).
+    out : tuple of DeviceArray, optional
+        Three C-contiguous arrays [..., N_q], [..., N_kv], [..., N_kv] of one dtype.
+    dtype : dtype, optional
+        The results' dtype: float32, float16 or bfloat16.
+
+    Returns
+    -------
+    tuple of DeviceArray
+        ``(q, k, v)`` (``out``'s arrays when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not float16 / bfloat16 / int8, weights that are not int8, an int8
+        ``x`` without ``x_scale``, a ``bias`` that is not a tuple of three, an ``out``
+        that is not a tuple of three device arrays, or a result dtype other than float32
+        / float16 / bfloat16.
+    ValueError
+        Weights whose hidden size is not x's last dimension, ``w_k`` and ``w_v`` of
+        different widths, an ``x_scale`` for a float ``x``, scale or bias arrays of the
+        wrong shape, a NaN or inf scale, or ``out`` arrays of other shapes.
+
+    Examples
+    --------
+    >>> x = kaionb.ones((1, 64), dtype=np.float16)
+    >>> w_q = kaionb.ones((64, 32), dtype=np.int8)
+    >>> w_kv = kaionb.ones((64, 16), dtype=np.int8)
+    >>> q, k, v = kaionb.qkv_project_int8(x, w_q, w_kv, w_kv, 0.01, 0.01, 0.01)
+    >>> q.shape, k.shape, v.dtype
+    ((1, 32), (1, 16), dtype('float16'))
+    """
     return qkv_project_int8_fwd("qkv_project_int8", x, w_q, w_k, w_v, scale_q, scale_k,
                                 scale_v, x_scale=x_scale, bias=bias, out=out, dtype=dtype)

@@ -751,29 +751,145 @@ def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx,
 
 
 def rms_norm_bwd(grad, x, weight, eps=1e-6, *, out=None):
-    """The backward of :func:`rms_norm`: ``(dx, dweight)`` for the output gradient
-    ``grad``. dx = rstd·(dy − x̂·mean(dy·x̂)) with x̂ = x·rstd, dy = grad·weight;
-    dweight = Σ_rows grad·x̂ (float32, deterministic). ``grad`` in x's dtype or float32;
-    dx comes in grad's dtype. Statistics recomputed from x. ``out``: (dx, dweight)."""
+    """Backward of :func:`rms_norm`: ``(dx, dweight)`` for the output gradient ``grad``.
+
+    dx = rstd·(dy − x̂·mean(dy·x̂)) with x̂ = x·rstd, dy = grad·weight; dweight =
+    Σ_rows grad·x̂ (float32, deterministic). Statistics recomputed from x.
+
+    Parameters
+    ----------
+    grad : DeviceArray or array_like
+        The gradient of the output: x's shape, x's dtype or float32.
+    x, weight : DeviceArray or array_like
+        The forward's inputs.
+    eps : float, optional
+        The forward's ``eps``.
+    out : tuple of DeviceArray, optional
+        (dx, dweight) to write: dx of x's shape in grad's dtype, dweight float32.
+
+    Returns
+    -------
+    dx : DeviceArray
+        In x's shape and grad's dtype.
+    dweight : DeviceArray
+        In float32, shape (x.shape[-1],).
+
+    Raises
+    ------
+    TypeError
+        The forward's type checks; a ``grad`` dtype other than x's or float32; an ``out``
+        that is not a pair of device arrays of those dtypes.
+    ValueError
+        The forward's shape and layout checks; a ``grad`` of another shape; ``out``
+        arrays of other shapes.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[3.0, 4.0]], dtype=np.float32)
+    >>> w = kaionb.ones(2, dtype=np.float32)
+    >>> dx, dw = kaionb.rms_norm_bwd(kaionb.ones_like(x), x, w)
+    >>> dx.shape, dw.shape, dw.dtype
+    ((1, 2), (2,), dtype('float32'))
+    """
     return _norm_bwd("rms_norm_bwd", "rms_norm", ("grad", "x", "grad_residual"), grad, x,
                      weight, None, None, eps, out)
 
 
 def layer_norm_bwd(grad, x, weight, bias=None, eps=1e-5, *, out=None):
-    """The backward of :func:`layer_norm`: ``(dx, dweight, dbias)`` (dbias None when
-    ``bias`` is None; only its presence and shape are read). dx = rstd·(dy − mean(dy) −
-    x̂·mean(dy·x̂)); dweight = Σ_rows grad·x̂, dbias = Σ_rows grad (float32, deterministic).
-    dtypes as :func:`rms_norm_bwd`; ``out``: (dx, dweight[, dbias])."""
+    """Backward of :func:`layer_norm`: ``(dx, dweight, dbias)`` for the output gradient.
+
+    dx = rstd·(dy − mean(dy) − x̂·mean(dy·x̂)); dweight = Σ_rows grad·x̂, dbias =
+    Σ_rows grad (float32, deterministic). dtypes as :func:`rms_norm_bwd`.
+
+    Parameters
+    ----------
+    grad : DeviceArray or array_like
+        The gradient of the output: x's shape, x's dtype or float32.
+    x, weight : DeviceArray or array_like
+        The forward's inputs.
+    bias : DeviceArray, optional
+        The forward's bias, or None (only its presence and shape are read).
+    eps : float, optional
+        The forward's ``eps``.
+    out : tuple of DeviceArray, optional
+        (dx, dweight[, dbias]) to write.
+
+    Returns
+    -------
+    dx : DeviceArray
+        In x's shape and grad's dtype.
+    dweight : DeviceArray
+        In float32, shape (x.shape[-1],).
+    dbias : DeviceArray or None
+        In float32, shape (x.shape[-1],); None when ``bias`` is None.
+
+    Raises
+    ------
+    TypeError
+        The forward's type checks; a ``grad`` dtype other than x's or float32; an ``out``
+        that is not a tuple of device arrays of those dtypes.
+    ValueError
+        The forward's shape and layout checks; a ``grad`` of another shape; ``out``
+        arrays of other shapes.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[3.0, 4.0]], dtype=np.float32)
+    >>> w = kaionb.ones(2, dtype=np.float32)
+    >>> dx, dw, db = kaionb.layer_norm_bwd(kaionb.ones_like(x), x, w)
+    >>> dx.shape, db is None
+    ((1, 2), True)
+    """
     result = _norm_bwd("layer_norm_bwd", "layer_norm", ("grad", "x", "grad_residual"), grad,
                        x, weight, bias, None, eps, out)
     return result if bias is not None else (*result, None)
 
 
 def add_rms_norm_bwd(grad, grad_residual, s, weight, eps=1e-6, *, out=None):
-    """The backward of :func:`add_rms_norm` from its saved sum ``s`` (the residual_out):
-    ``(ds, dweight)`` where ds = grad_residual + rms_norm's dx(s, grad) is the gradient
-    of both x and residual. ``grad``: the gradient of the normed output, ``grad_residual``
-    that of s (None: zero; same dtype as grad). ``out``: (ds, dweight)."""
+    """Backward of :func:`add_rms_norm`: ``(ds, dweight)`` from its saved sum ``s``.
+
+    ds = grad_residual + rms_norm's dx(s, grad) is the gradient of both x and residual;
+    ``s`` is the forward's second result (the residual_out).
+
+    Parameters
+    ----------
+    grad : DeviceArray or array_like
+        The gradient of the normed output: s's shape, s's dtype or float32.
+    grad_residual : DeviceArray or None
+        The gradient of s (None: zero); grad's dtype and shape.
+    s : DeviceArray or array_like
+        The forward's sum ``x + residual``.
+    weight : DeviceArray or array_like
+        The forward's weight.
+    eps : float, optional
+        The forward's ``eps``.
+    out : tuple of DeviceArray, optional
+        (ds, dweight) to write.
+
+    Returns
+    -------
+    ds : DeviceArray
+        In s's shape and grad's dtype: the gradient of x and of residual.
+    dweight : DeviceArray
+        In float32, shape (s.shape[-1],).
+
+    Raises
+    ------
+    TypeError
+        :func:`rms_norm_bwd`'s type checks, and a ``grad_residual`` of another dtype.
+    ValueError
+        :func:`rms_norm_bwd`'s shape checks, a ``grad_residual`` of another shape, or an
+        ``eps`` that is not finite and > 0.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0]], dtype=np.float32)
+    >>> w = kaionb.ones(2, dtype=np.float32)
+    >>> normed, s = kaionb.add_rms_norm(x, x, w)
+    >>> ds, dw = kaionb.add_rms_norm_bwd(kaionb.ones_like(s), None, s, w)
+    >>> ds.shape, dw.shape
+    ((1, 2), (2,))
+    """
     return _norm_bwd("add_rms_norm_bwd", "rms_norm", ("grad", "s", "grad_residual"), grad, s,
                      weight, None, grad_residual, eps, out)
 
@@ -868,10 +984,44 @@ def _check_recordable(op, outputs, **inputs):
 def rms_norm(x, weight, eps=1e-6, *, out=None):
     """RMSNorm over the last axis: ``x / sqrt(mean(x²) + eps) * weight``.
 
-    x: float32/float16/bfloat16, any leading shape, last axis contiguous (leading axes
-    must collapse into one row stride). weight: shape (x.shape[-1],), x's dtype.
-    Statistics in float32. Returns a new array, or writes ``out``. Recorded on the active
-    ``kaionb.grad.Tape`` when x or weight requires a gradient (:func:`rms_norm_bwd`).
+    Statistics in float32. Recorded on the active ``kaionb.grad.Tape`` when x or weight
+    requires a gradient (:func:`rms_norm_bwd`); ``out`` must not overwrite the inputs
+    then.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        An array of float32, float16 or bfloat16, any leading shape, last axis contiguous
+        (leading axes must collapse into one row stride).
+    weight : DeviceArray or array_like
+        Shape (x.shape[-1],), x's dtype.
+    eps : float, optional
+        Added to the mean square (finite, > 0).
+    out : DeviceArray, optional
+        An array of x's shape and dtype to write (may be ``x``).
+
+    Returns
+    -------
+    DeviceArray
+        A new array, or ``out``.
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not a float32 / float16 / bfloat16 array, a ``weight`` of another
+        dtype, an ``eps`` that is not a number, or an ``out`` that is not device memory
+        or has another dtype.
+    ValueError
+        A non-contiguous last axis, leading axes that do not collapse into one row
+        stride, a ``weight`` of another shape, an ``eps`` that is not finite and > 0, or
+        an ``out`` of another shape.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[3.0, 4.0]], dtype=np.float32)
+    >>> w = kaionb.ones(2, dtype=np.float32)
+    >>> kaionb.rms_norm(x, w).get().round(4)
+    array([[0.8485, 1.1314]], dtype=float32)
     """
     recording = _recording(x, weight)
     if recording:
@@ -883,9 +1033,47 @@ def rms_norm(x, weight, eps=1e-6, *, out=None):
 
 
 def layer_norm(x, weight, bias=None, eps=1e-5, *, out=None):
-    """LayerNorm over the last axis: ``(x − mean) / sqrt(var + eps) * weight + bias``
-    (biased variance, as torch.nn.functional.layer_norm). Same layouts as :func:`rms_norm`;
-    ``bias`` is optional. On the tape (:func:`layer_norm_bwd`)."""
+    """LayerNorm over the last axis: ``(x − mean) / sqrt(var + eps) * weight + bias``.
+
+    Biased variance, as torch.nn.functional.layer_norm; statistics in float32. Same
+    layouts as :func:`rms_norm`. On the tape (:func:`layer_norm_bwd`).
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        An array of float32, float16 or bfloat16, any leading shape, last axis contiguous.
+    weight : DeviceArray or array_like
+        Shape (x.shape[-1],), x's dtype.
+    bias : DeviceArray or array_like, optional
+        Shape (x.shape[-1],), x's dtype; None for no bias.
+    eps : float, optional
+        Added to the variance (finite, > 0).
+    out : DeviceArray, optional
+        An array of x's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        A new array, or ``out``.
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not a float32 / float16 / bfloat16 array, a ``weight`` or ``bias``
+        of another dtype, an ``eps`` that is not a number, or an ``out`` that is not
+        device memory or has another dtype.
+    ValueError
+        A non-contiguous last axis, leading axes that do not collapse into one row
+        stride, a ``weight`` or ``bias`` of another shape, an ``eps`` that is not finite
+        and > 0, or an ``out`` of another shape.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[3.0, 4.0]], dtype=np.float32)
+    >>> w = kaionb.ones(2, dtype=np.float32)
+    >>> kaionb.layer_norm(x, w).get().round(4)
+    array([[-1.,  1.]], dtype=float32)
+    """
     recording = _recording(x, weight, bias)
     if recording:
         _check_recordable("layer_norm", {"out": out}, x=x, weight=weight, bias=bias)
@@ -897,8 +1085,10 @@ def layer_norm(x, weight, bias=None, eps=1e-5, *, out=None):
 
 
 def add_rms_norm(x, residual, weight, eps=1e-6, *, out=None, residual_out=None):
-    """The pre-norm residual step in one pass: ``s = x + residual`` and
-    ``rms_norm(s, weight, eps)``; returns ``(normed, s)``.
+    """Add the residual and RMS-normalize in one pass: ``s = x + residual``, ``rms_norm(s)``.
+
+    The pre-norm residual step: ``s = x + residual`` and ``rms_norm(s, weight, eps)``;
+    returns ``(normed, s)``.
 
     x, residual: the same shape and dtype (float32/float16/bfloat16, last axis
     contiguous); weight: (x.shape[-1],), that dtype. s is rounded to the dtype, and normed
@@ -910,6 +1100,46 @@ def add_rms_norm(x, residual, weight, eps=1e-6, *, out=None, residual_out=None):
     On the tape (:func:`add_rms_norm_bwd`; the gradient of x and of residual is the same
     ds); there the outputs must not overwrite the inputs, and the backward reads s as it
     is when the backward runs.
+
+    Parameters
+    ----------
+    x, residual : DeviceArray or array_like
+        The same shape and dtype (float32, float16 or bfloat16), last axis contiguous.
+    weight : DeviceArray or array_like
+        Shape (x.shape[-1],), x's dtype.
+    eps : float, optional
+        Added to the mean square (finite, > 0).
+    out : DeviceArray, optional
+        Where to write ``normed`` (may be ``x``).
+    residual_out : DeviceArray, optional
+        Where to write ``s`` (may be ``residual``: the residual stream updated in place);
+        not the same memory as ``out``.
+
+    Returns
+    -------
+    normed : DeviceArray
+        ``rms_norm(s, weight, eps)``.
+    s : DeviceArray
+        ``x + residual`` rounded to the dtype.
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not a float32 / float16 / bfloat16 array, a ``residual`` or
+        ``weight`` of another dtype, or an ``out`` / ``residual_out`` that is not device
+        memory or has another dtype.
+    ValueError
+        ``residual`` or ``weight`` of another shape, a non-contiguous last axis, an
+        ``eps`` that is not finite and > 0, ``residual_out`` sharing memory with ``out``,
+        or (on the tape) outputs that overwrite the inputs.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0]], dtype=np.float32)
+    >>> r = kaionb.asarray([[2.0, 2.0]], dtype=np.float32)
+    >>> normed, s = kaionb.add_rms_norm(x, r, kaionb.ones(2, dtype=np.float32))
+    >>> s.get(), normed.get().round(4)
+    (array([[3., 4.]], dtype=float32), array([[0.8485, 1.1314]], dtype=float32))
     """
     recording = _recording(x, residual, weight)
     if recording:

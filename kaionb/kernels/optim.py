@@ -282,25 +282,68 @@ def adamw_ref(param, grad, m, v, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight
 
 def adamw_step(param, grad, m, v, *, lr, beta1=0.9, beta2=0.999, eps=1e-8,
                weight_decay=0.01, step, maximize=False, model_param=None):
-    """One AdamW step (torch.optim.AdamW's update), fused and in place; returns None.
+    """Take one AdamW step (torch.optim.AdamW's update), fused and in place.
 
-    - ``param``, ``m`` (exp_avg), ``v`` (exp_avg_sq): float32 device arrays, updated in
-      place. ``param`` holds the float32 master weights: float16/bfloat16 parameters are
-      refused (an update below half an ulp of a bf16 weight would be lost; keep a float32
-      master copy and pass the half weights as ``model_param``).
-    - ``grad``: float32, float16 or bfloat16 (read in float32, exactly).
-    - ``model_param``: optional float16/bfloat16 array, written with the updated ``param``
-      rounded to nearest even in the same pass (the weights of a mixed-precision model).
-    - ``step``: this step's count, from 1 (torch's ``state['step']`` after its increment);
-      ``maximize`` ascends (the gradient negated).
-    - All arrays: the same shape (any), C-contiguous, on one device, and no two sharing
-      memory; DeviceArrays or CUDA arrays of other libraries, zero-copy (a torch
-      ``nn.Parameter`` as ``p.data``: torch exports no tensor that requires grad). m and v
-      start as zeros, as torch's state does. A view off 16-byte alignment is updated
-      element by element (correct, slower).
+    All arrays: the same shape (any), C-contiguous, on one device, and no two sharing
+    memory; DeviceArrays or CUDA arrays of other libraries, zero-copy (a torch
+    ``nn.Parameter`` as ``p.data``: torch exports no tensor that requires grad). m and v
+    start as zeros, as torch's state does. A view off 16-byte alignment is updated
+    element by element (correct, slower). Under graph capture the scalars (lr, step) are
+    baked into the launch: a replayed graph repeats the captured step.
 
-    Under graph capture the scalars (lr, step) are baked into the launch: a replayed graph
-    repeats the captured step.
+    Parameters
+    ----------
+    param : DeviceArray
+        The float32 master weights, updated in place. float16 / bfloat16 parameters are
+        refused (an update below half an ulp of a bf16 weight would be lost; keep a
+        float32 master copy and pass the half weights as ``model_param``).
+    grad : DeviceArray
+        The gradient: float32, float16 or bfloat16 (read in float32, exactly).
+    m : DeviceArray
+        The float32 ``exp_avg``, updated in place.
+    v : DeviceArray
+        The float32 ``exp_avg_sq``, updated in place.
+    lr : float
+        The learning rate (finite, >= 0).
+    beta1, beta2 : float, optional
+        The moment decay rates, in [0, 1).
+    eps : float, optional
+        Added to the denominator (finite, > 0).
+    weight_decay : float, optional
+        Decoupled weight decay (finite, >= 0).
+    step : int
+        This step's count, from 1 (torch's ``state['step']`` after its increment).
+    maximize : bool, optional
+        Ascend (the gradient negated).
+    model_param : DeviceArray, optional
+        A float16 / bfloat16 array, written with the updated ``param`` rounded to nearest
+        even in the same pass (the weights of a mixed-precision model).
+
+    Returns
+    -------
+    None
+        The arrays are updated in place.
+
+    Raises
+    ------
+    TypeError
+        ``param``, ``m`` or ``v`` not float32 device memory (NumPy arrays included), a
+        ``grad`` of another dtype than float32 / float16 / bfloat16, a ``model_param``
+        that is not float16 / bfloat16, a scalar of the wrong type (``step`` not an int,
+        ``lr`` not a number, ``maximize`` not a bool).
+    ValueError
+        Arrays of different shapes, not C-contiguous, on two devices or sharing memory;
+        ``step`` < 1; ``lr``, ``eps`` or ``weight_decay`` out of range or not finite;
+        ``beta1`` / ``beta2`` outside [0, 1).
+
+    Examples
+    --------
+    >>> p = kaionb.ones(4, dtype=np.float32)
+    >>> g = kaionb.full(4, 0.5, np.float32)
+    >>> m, v = kaionb.zeros(4, np.float32), kaionb.zeros(4, np.float32)
+    >>> kaionb.adamw_step(p, g, m, v, lr=0.1, weight_decay=0.0, step=1)
+    >>> p.get().round(4)
+    array([0.9, 0.9, 0.9, 0.9], dtype=float32)
     """
     return adamw_step_fwd(param, grad, m, v, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
                           weight_decay=weight_decay, step=step, maximize=maximize,

@@ -474,13 +474,97 @@ def dequantize_int8_ref(q, scale, axis=None):
 
 
 def quantize_int8(x, axis=None, *, out=None):
-    """Symmetric INT8 quantization: returns ``(q, scale)`` with q int8 of x's shape and
-    scale float32 (shape () for axis=None, (x.shape[-1],) for axis=-1, (x.shape[0],) for
-    axis=0 on 2-D x). ``x ≈ q * scale``. See the module doc for the axis convention."""
+    """Quantize to int8 symmetrically (absmax): ``x ≈ q * scale``.
+
+    ``scale = max|x| / 127`` over the group, ``q = clip(rint(x / scale), −127, 127)``
+    (a group of zeros gives scale 0, q 0); rounding half to even, in float32, so q can
+    differ by one step from a float64 reference at exact ties. ``axis`` follows
+    torch.quantize_per_channel: the axis whose every index gets its own scale. None: one
+    scale for the tensor; ``axis=-1`` gives per-column scales (per-channel activations,
+    [in, out] weights); ``axis=0`` on a 2-D x gives per-row scales (per-token
+    activations, [out, in] weights). Per-row scales over 16-byte aligned rows take one
+    pass over memory; the other cases two (module doc of ``kaionb.kernels.quantize``).
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The values: float32, float16 or bfloat16, last axis contiguous.
+    axis : {None, -1, 0}, optional
+        Which scales: per tensor, per column (the last axis), or per row (2-D x only).
+    out : tuple of DeviceArray, optional
+        ``(q, scale)`` to write: int8 of x's shape (contiguous last axis) and a
+        C-contiguous float32 scale array of the scales' shape.
+
+    Returns
+    -------
+    q : DeviceArray
+        The int8 codes, x's shape.
+    scale : DeviceArray
+        The float32 scales: shape () for axis=None, (x.shape[-1],) for axis=-1, (x.shape[0],)
+        for axis=0.
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not float32 / float16 / bfloat16, or an ``out`` that is not a pair
+        of device arrays of the right dtypes.
+    ValueError
+        An axis other than None, -1 or 0 (0 on a 2-D x only), a non-contiguous last axis,
+        or ``out`` arrays of other shapes or layouts.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[0.5, -1.0], [2.0, 0.25]], dtype=np.float32)
+    >>> q, scale = kaionb.quantize_int8(x, axis=0)
+    >>> q.get()
+    array([[  64, -127],
+           [ 127,   16]], dtype=int8)
+    >>> scale.get()
+    array([0.00787402, 0.01574803], dtype=float32)
+    """
     return quantize_int8_fwd(x, axis, out=out)
 
 
 def dequantize_int8(q, scale, axis=None, dtype=np.float32, *, out=None):
-    """``q * scale`` as ``dtype`` (float32/float16/bfloat16); ``scale`` and ``axis`` as
-    returned by / given to :func:`quantize_int8`."""
+    """Dequantize int8 values: ``q * scale`` as ``dtype``.
+
+    ``scale`` and ``axis`` as returned by / given to :func:`quantize_int8` (a per-tensor
+    scale may come in any shape of one element).
+
+    Parameters
+    ----------
+    q : DeviceArray or array_like
+        The int8 codes, last axis contiguous.
+    scale : DeviceArray or array_like
+        The float32 scales, C-contiguous: one element (axis None), (q.shape[-1],) (axis -1) or
+        (q.shape[0],) (axis 0).
+    axis : {None, -1, 0}, optional
+        The axis the scales run along, as given to :func:`quantize_int8`.
+    dtype : dtype, optional
+        The result dtype: float32 (default), float16 or bfloat16.
+    out : DeviceArray, optional
+        An array of q's shape and ``dtype`` to write.
+
+    Returns
+    -------
+    DeviceArray
+        The dequantized values (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``q`` that is not int8, ``scale`` that is not float32, a dtype other than float32 /
+        float16 / bfloat16, or an ``out`` that is not device memory or has another dtype.
+    ValueError
+        A ``scale`` of the wrong shape or not contiguous, a non-contiguous last axis of
+        ``q``, an unsupported axis, arrays on two devices, or an ``out`` of another shape.
+
+    Examples
+    --------
+    >>> q, scale = kaionb.quantize_int8(kaionb.asarray([127.0, -32.0], dtype=np.float32))
+    >>> scale.item()
+    1.0
+    >>> kaionb.dequantize_int8(q, scale, dtype=np.float16).get()
+    array([127., -32.], dtype=float16)
+    """
     return dequantize_int8_fwd(q, scale, axis, dtype, out=out)

@@ -838,21 +838,142 @@ def _spread(g, x, axis, keepdims, scale):
 
 
 def sum(x, axis=None, *, dtype=None, keepdims=False, out=None):  # noqa: A001
-    """Sum over ``axis`` (None: all; an int or a tuple of ints). Result dtype as NumPy's
-    (ints → int64 / uint64, halves stay halves; ``dtype=`` casts first). On the tape."""
+    """Sum of the elements over ``axis``.
+
+    The result dtype is NumPy's: integers and bool give int64 (unsigned: uint64), float
+    types keep theirs (float16 and bfloat16 accumulate in float32); ``dtype=`` casts the
+    input first. Recorded on the active :class:`kaionb.grad.Tape` when ``x`` requires a
+    gradient.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    dtype : dtype, optional
+        The result dtype; the input is cast to it first.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The sums (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
+        ints, or a ``dtype`` kaionb does not store, or an ``out`` that is not a DeviceArray or
+        has another dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.sum(x).item()
+    10.0
+    >>> kaionb.sum(x, axis=0).get()
+    array([4., 6.])
+    """
     y = reduce_fwd("sum", x, axis, dtype, keepdims, out=out)
     record(lambda g: (_spread(g, x, axis, keepdims, 1.0),), (x,), (y,))
     return y
 
 
 def prod(x, axis=None, *, dtype=None, keepdims=False, out=None):
-    """Product over ``axis``; dtypes as :func:`sum`. Integer products wrap as NumPy's."""
+    """Product of the elements over ``axis``.
+
+    Result dtypes as :func:`sum`'s; integer products wrap around, as NumPy's do. A product
+    over no elements is 1.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    dtype : dtype, optional
+        The result dtype; the input is cast to it first.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The products (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
+        ints, or a ``dtype`` kaionb does not store, or an ``out`` that is not a DeviceArray or
+        has another dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.prod(x, axis=1).get()
+    array([ 2., 12.])
+    """
     return reduce_fwd("prod", x, axis, dtype, keepdims, out=out)
 
 
 def mean(x, axis=None, *, keepdims=False, out=None):
-    """Arithmetic mean over ``axis`` (ints and bool → float64); NaN over no elements.
-    On the tape."""
+    """Arithmetic mean of the elements over ``axis``.
+
+    Integers and bool give float64; float types keep theirs (float16 and bfloat16
+    accumulate in float32). The mean of no elements is NaN. Recorded on the active
+    :class:`kaionb.grad.Tape` when ``x`` requires a gradient.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The means (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
+        tuple of ints, or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.mean(x, axis=1).get()
+    array([1.5, 3.5])
+    """
     y = reduce_fwd("mean", x, axis, None, keepdims, out=out)
     count = x.size // builtins.max(y.size, 1) if isinstance(x, DeviceArray) else 1
     record(lambda g: (_spread(g, x, axis, keepdims, 1.0 / builtins.max(count, 1)),), (x,),
@@ -861,46 +982,363 @@ def mean(x, axis=None, *, keepdims=False, out=None):
 
 
 def max(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Maximum over ``axis``; NaN if any reduced element is NaN. ValueError over none."""
+    """Largest element over ``axis``.
+
+    NaN if any reduced element is NaN (as NumPy's ``max``); the result has ``x``'s dtype.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The largest values (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
+        tuple of ints, or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous, or a reduction over no elements
+        (zero-size axes).
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.max(x, axis=0).get()
+    array([3., 4.])
+    """
     return reduce_fwd("max", x, axis, None, keepdims, out=out)
 
 
 def min(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Minimum over ``axis``; NaN if any reduced element is NaN. ValueError over none."""
+    """Smallest element over ``axis``.
+
+    NaN if any reduced element is NaN (as NumPy's ``min``); the result has ``x``'s dtype.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The smallest values (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
+        tuple of ints, or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous, or a reduction over no elements
+        (zero-size axes).
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.min(x, axis=0).get()
+    array([1., 2.])
+    """
     return reduce_fwd("min", x, axis, None, keepdims, out=out)
 
 
 def argmax(x, axis=None, *, keepdims=False, out=None):
-    """int64 index of the maximum along ``axis`` (None: into the flattened array, C
-    order): the first NaN if any, else the first occurrence of the largest value."""
+    """Index of the largest element along ``axis``.
+
+    An int64 index: of the first NaN if there is one, else of the first occurrence of
+    the largest value. With ``axis=None`` it indexes the flattened array (C order).
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int or None, optional
+        The axis to search (negative counts from the end); None searches the flattened
+        array (C order).
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The int64 indices (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
+        tuple of ints (a tuple included), or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous, or a search over no elements.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.argmax(x).item()
+    3
+    >>> kaionb.argmax(x, axis=1).get()
+    array([1, 1])
+    """
     return reduce_fwd("argmax", x, axis, None, keepdims, out=out)
 
 
 def argmin(x, axis=None, *, keepdims=False, out=None):
-    """int64 index of the minimum along ``axis``, as :func:`argmax`."""
+    """Index of the smallest element along ``axis``.
+
+    As :func:`argmax`: an int64 index of the first NaN if there is one, else of the first
+    occurrence of the smallest value; ``axis=None`` indexes the flattened array.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int or None, optional
+        The axis to search (negative counts from the end); None searches the flattened
+        array (C order).
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The int64 indices (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
+        tuple of ints (a tuple included), or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous, or a search over no elements.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.argmin(x, axis=0).get()
+    array([0, 0])
+    """
     return reduce_fwd("argmin", x, axis, None, keepdims, out=out)
 
 
 def var(x, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
-    """Variance Σ(x − mean)² / (N − correction) over ``axis`` (``ddof``: NumPy's name for
-    ``correction``); ints and bool → float64. N − correction <= 0 gives inf or NaN."""
+    """Variance of the elements over ``axis``: Σ(x − mean)² / (N − correction).
+
+    Two passes (the mean, then the squared deviations). Integers and bool give float64;
+    float types keep theirs. N − correction <= 0 gives inf or NaN.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    correction : float, optional
+        Subtracted from N in the divisor (0: the population variance, 1: the sample
+        variance).
+    ddof : float, optional
+        NumPy's name for ``correction``; give one of the two.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The variances (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
+        ints, a ``correction`` that is not a real number, or an ``out`` that is not a
+        DeviceArray or has another dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous, or both ``correction`` and ``ddof``
+        given.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.var(x, axis=0).get()
+    array([1., 1.])
+    >>> kaionb.var(x, axis=0, correction=1).get()
+    array([2., 2.])
+    """
     correction = _check_correction("var", correction, ddof)
     return reduce_fwd("var", x, axis, None, keepdims, correction, out=out)
 
 
 def std(x, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
-    """Standard deviation: the square root of :func:`var`."""
+    """Standard deviation of the elements over ``axis``: the square root of :func:`var`.
+
+    Dtypes and the divisor N − correction as :func:`var`'s.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    correction : float, optional
+        Subtracted from N in the divisor (0: the population variance, 1: the sample
+        variance).
+    ddof : float, optional
+        NumPy's name for ``correction``; give one of the two.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The standard deviations (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
+        ints, a ``correction`` that is not a real number, or an ``out`` that is not a
+        DeviceArray or has another dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous, or both ``correction`` and ``ddof``
+        given.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> kaionb.std(x, axis=1).get()
+    array([0.5, 0.5])
+    """
     correction = _check_correction("std", correction, ddof)
     return reduce_fwd("std", x, axis, None, keepdims, correction, out=out)
 
 
 def any(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Whether any element along ``axis`` is nonzero (NaN counts); False over none."""
+    """Test whether any element along ``axis`` is nonzero.
+
+    NaN counts as nonzero; over no elements the result is False. The result is bool.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The bool results (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
+        tuple of ints, or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[0, 0], [0, 3]])
+    >>> kaionb.any(x, axis=1).get()
+    array([False,  True])
+    """
     return reduce_fwd("any", x, axis, None, keepdims, out=out)
 
 
 def all(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Whether every element along ``axis`` is nonzero; True over none."""
+    """Test whether every element along ``axis`` is nonzero.
+
+    NaN counts as nonzero; over no elements the result is True. The result is bool.
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
+        arrays are copied to the device).
+    axis : int, tuple of int or None, optional
+        The axes to reduce (negative ones count from the end); None reduces them all.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
+    out : DeviceArray, optional
+        A C-contiguous array of the result's shape and dtype to write.
+
+    Returns
+    -------
+    DeviceArray
+        The bool results (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
+        tuple of ints, or an ``out`` that is not a DeviceArray or has another
+        dtype.
+    ValueError
+        An ``out`` of another shape or not C-contiguous.
+    numpy.exceptions.AxisError
+        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1, 2], [0, 3]])
+    >>> kaionb.all(x, axis=1).get()
+    array([ True, False])
+    """
     return reduce_fwd("all", x, axis, None, keepdims, out=out)
 
 

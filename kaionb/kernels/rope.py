@@ -423,9 +423,46 @@ _rope_op.uncached.public_names = {"rope_bwd": {"x": "grad"}}
 
 def rope_bwd(grad, cos, sin, *, positions=None, interleaved=False, layout="bshd", out=None,
              check_positions=True):
-    """The gradient of :func:`rope` with respect to x: ``grad`` rotated back (the same
-    kernel with −sin; the rotation is orthogonal). Same arguments as :func:`rope`; the
-    result has grad's dtype (float32 on the tape)."""
+    """Gradient of :func:`rope` with respect to x: ``grad`` rotated back.
+
+    The same kernel with −sin (the rotation is orthogonal). Same arguments as
+    :func:`rope`; the result has grad's dtype (float32 on the tape).
+
+    Parameters
+    ----------
+    grad : DeviceArray or array_like
+        The gradient of rope's output, laid out as its x.
+    cos, sin : DeviceArray or array_like
+        The forward's tables.
+    positions : array_like or DeviceArray, optional
+        The forward's positions.
+    interleaved : bool, optional
+        The forward's pairing.
+    layout : {"bshd", "bhsd"}, optional
+        The forward's layout.
+    out : DeviceArray, optional
+        An array of grad's shape and dtype to write (may be ``grad``).
+    check_positions : bool, optional
+        As :func:`rope`'s.
+
+    Returns
+    -------
+    DeviceArray
+        The gradient of x, in grad's dtype.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`rope` (for ``grad`` in x's place).
+
+    Examples
+    --------
+    >>> cos, sin = kaionb.rope_cache(16, 8)
+    >>> x = kaionb.asarray(np.random.default_rng(0).standard_normal((16, 8)), np.float32)
+    >>> back = kaionb.rope_bwd(kaionb.rope(x, cos, sin), cos, sin)
+    >>> bool(np.allclose(back.get(), x.get(), atol=1e-5))
+    True
+    """
     return _rope_entry("rope_bwd", -1.0, grad, cos, sin, positions, interleaved, layout, out,
                        check_positions)
 
@@ -480,16 +517,51 @@ def rope_frequencies(dim, base=10000.0, scaling=None):
 
 
 def rope_cache(seq_len, dim, base=10000.0, scaling=None):
-    """(cos, sin) for positions 0..seq_len−1: float32 DeviceArrays [seq_len, dim // 2],
-    ``cos[p, i] = cos(p·θ_i)``, θ_i = base^(−2i/dim), computed on the host in float64 and
-    uploaded. ``dim``: the rotary dimensions R (even).
+    """Return the RoPE tables ``(cos, sin)`` for positions 0 .. seq_len − 1.
 
-    ``scaling``: None, ``{"type": "linear", "factor": f}`` (positions divided by f), or
-    ``{"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 8192}`` (Llama 3.1's frequency rescaling, as in
-    Hugging Face's ``rope_type: "llama3"``; ``"rope_type"`` is accepted for ``"type"``).
-    Angles are float64 here; Hugging Face forms them in float32, so its tables carry
-    about p·6e-8 radians of rounding at position p (6e-4 at 10^4)."""
+    ``cos[p, i] = cos(p·θ_i)``, θ_i = base^(−2i/dim), computed on the host in float64
+    and uploaded as float32. Angles are float64 here; Hugging Face forms them in float32,
+    so its tables carry about p·6e-8 radians of rounding at position p (6e-4 at 10^4).
+
+    Parameters
+    ----------
+    seq_len : int
+        The number of positions (>= 0).
+    dim : int
+        The rotary dimensions R (even, > 0).
+    base : float, optional
+        The frequency base (finite, > 0).
+    scaling : dict, optional
+        None, ``{"type": "linear", "factor": f}`` (positions divided by f), or
+        ``{"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor":
+        4.0, "original_max_position_embeddings": 8192}`` (Llama 3.1's frequency
+        rescaling, as in Hugging Face's ``rope_type: "llama3"``; ``"rope_type"`` is
+        accepted for ``"type"``).
+
+    Returns
+    -------
+    cos : DeviceArray
+        In float32, [seq_len, dim // 2], on the current device.
+    sin : DeviceArray
+        As ``cos``.
+
+    Raises
+    ------
+    TypeError
+        A ``seq_len`` or ``dim`` that is not an int, or a ``base`` that is not a number.
+    ValueError
+        A negative ``seq_len``, an odd or non-positive ``dim``, a ``base`` that is not
+        finite and > 0, or a ``scaling`` that is not one of the forms above (unknown type,
+        factors that are not finite and > 0, llama3 bands in the wrong order).
+
+    Examples
+    --------
+    >>> cos, sin = kaionb.rope_cache(4096, 128)
+    >>> cos.shape, cos.dtype
+    ((4096, 64), dtype('float32'))
+    >>> cos.get()[0, :2], sin.get()[0, :2]
+    (array([1., 1.], dtype=float32), array([0., 0.], dtype=float32))
+    """
     check_int("rope_cache", "seq_len", seq_len, "an integer >= 0")
     if seq_len < 0:
         fail(ValueError, "rope_cache", "seq_len", "an integer >= 0", repr(seq_len))
@@ -524,37 +596,69 @@ def rope_ref(x, cos, sin, positions=None, interleaved=False, layout="bshd", inve
 
 def rope(x, cos, sin, *, positions=None, interleaved=False, layout="bshd", out=None,
          check_positions=True):
-    """Rotary position embedding of queries or keys (module doc for the math).
+    """Apply the rotary position embedding to queries or keys.
+
+    Pairs of features rotate by their position's angles (module doc of
+    ``kaionb.kernels.rope`` for the math). Recorded on the active ``kaionb.grad.Tape``
+    when x requires a gradient (backward: :func:`rope_bwd`); in place is refused then (x
+    would be lost).
 
     Parameters
     ----------
-    x : [..., S, H, D] (``layout="bshd"``, the default) or [..., H, S, D] (``"bhsd"``);
+    x : DeviceArray or array_like
+        [..., S, H, D] (``layout="bshd"``, the default) or [..., H, S, D] (``"bhsd"``);
         [S, D] is one head. float32, float16 or bfloat16; any strides with a contiguous
         last axis (a q sliced out of a fused [B, S, 3H, D] qkv is fine). Batch axes (all
         but the last 3) must merge into one stride.
-    cos, sin : [max_seq, R/2] float32, e.g. from :func:`rope_cache` (float16 / bfloat16
-        tables are converted to float32 first, one small extra kernel per call);
-        R = 2·cos.shape[1] <= D features rotate, the rest pass through.
-    positions : None (token t is at position t; needs S <= max_seq), or integers (int32 /
-        int64) of shape [S] or batch + [S] (batch axes may be 1): each token's position,
-        e.g. offset + t when decoding with a KV cache. Host data (NumPy, lists) is checked
-        on the host; a device array's range is checked by one max on the device and one
-        small copy back (a synchronization). ``check_positions=False`` skips that (e.g.
-        inside a CUDA graph capture): then a position outside [0, max_seq) gives NaN for
-        its token's rotated features, never an out-of-bounds read.
-    interleaved : False: NeoX/LLaMA pairs (i, i + R/2); True: GPT-J pairs (2i, 2i + 1).
-    out : x's shape and dtype, contiguous last axis; may be x itself (in place: the
+    cos, sin : DeviceArray or array_like
+        [max_seq, R/2] float32, e.g. from :func:`rope_cache` (float16 / bfloat16 tables
+        are converted to float32 first, one small extra kernel per call); R =
+        2·cos.shape[1] <= D features rotate, the rest pass through.
+    positions : array_like or DeviceArray, optional
+        None (token t is at position t; needs S <= max_seq), or integers (int32 / int64)
+        of shape [S] or batch + [S] (batch axes may be 1): each token's position, e.g.
+        offset + t when decoding with a KV cache. Host data (NumPy, lists) is checked on
+        the host; a device array's range is checked by one max on the device and one
+        small copy back (a synchronization).
+    interleaved : bool, optional
+        False: NeoX/LLaMA pairs (i, i + R/2); True: GPT-J pairs (2i, 2i + 1).
+    layout : {"bshd", "bhsd"}, optional
+        Where the sequence and head axes are.
+    out : DeviceArray, optional
+        An array of x's shape and dtype, contiguous last axis; may be x itself (in place: the
         pass-through features are then not touched). An out that shares memory with x
         otherwise is refused.
+    check_positions : bool, optional
+        False skips the range check of device positions (e.g. inside a CUDA graph
+        capture): then a position outside [0, max_seq) gives NaN for its token's rotated
+        features, never an out-of-bounds read.
 
-    Returns the rotated array (a new one, or ``out``). Recorded on the active
-    ``kaionb.grad.Tape`` when x requires a gradient (backward: :func:`rope_bwd`); in place
-    is refused then (x would be lost).
+    Returns
+    -------
+    DeviceArray
+        The rotated array (a new one, or ``out``).
 
-    Raises TypeError / ValueError before any launch: a dtype other than f32/f16/bf16,
-    positions not int32/int64, a layout other than bshd/bhsd, shapes that do not match
-    (cos vs sin, R > D, positions vs x), a cache shorter than S or than a position, a
-    negative position, a non-contiguous last axis, an out that partially overlaps x.
+    Raises
+    ------
+    TypeError
+        A dtype other than float32 / float16 / bfloat16, positions not int32 / int64, an
+        ``interleaved`` that is not a bool, or an ``out`` that is not device memory or
+        has another dtype.
+    ValueError
+        A layout other than bshd / bhsd, shapes that do not match (cos vs sin, R > D,
+        positions vs x), a cache shorter than S or than a position, a negative position,
+        a non-contiguous last axis or batch axes that do not merge, an out that partially
+        overlaps x (or overwrites it while a tape records x's gradient). All before any
+        launch.
+
+    Examples
+    --------
+    >>> cos, sin = kaionb.rope_cache(4096, 64)
+    >>> q = kaionb.asarray(np.ones((1, 16, 8, 64), np.float16))   # [B, S, H, D]
+    >>> y = kaionb.rope(q, cos, sin)
+    >>> y.shape, bool((y.get()[0, 0] == 1).all())                 # position 0: no rotation
+    ((1, 16, 8, 64), True)
+    >>> y = kaionb.rope(q[:, :1], cos, sin, positions=[100])      # decoding at position 100
     """
     needs_grad = getattr(x, "requires_grad", False) and active_tape() is not None
     if needs_grad and out is not None and _shares_memory(x, out):

@@ -696,10 +696,44 @@ def softmax_fwd(x, axis=-1, *, out=None):
 
 @fast_path
 def softmax_bwd(grad, y, axis=-1, *, out=None):
-    """The backward of :func:`softmax`: ``dx = y·(grad − Σ_axis grad·y)`` from the
-    forward's output ``y`` and the output gradient ``grad`` (y's shape; y's dtype or
-    float32, any layout). dx comes in grad's dtype (``out``: any layout), float32
-    arithmetic; one pass over y and grad for lines that fit in registers."""
+    """Backward of :func:`softmax`: ``dx = y·(grad − Σ_axis grad·y)``.
+
+    From the forward's output ``y`` and the output gradient ``grad``; float32
+    arithmetic, one pass over y and grad for lines that fit in registers.
+
+    Parameters
+    ----------
+    grad : DeviceArray or array_like
+        The gradient of the output: y's shape, y's dtype or float32, any layout.
+    y : DeviceArray or array_like
+        The forward's output: float32, float16 or bfloat16, at least 1-D.
+    axis : int, optional
+        The forward's axis.
+    out : DeviceArray, optional
+        An array of y's shape in grad's dtype to write (any layout).
+
+    Returns
+    -------
+    DeviceArray
+        The gradient of x, in grad's dtype.
+
+    Raises
+    ------
+    TypeError
+        ``y`` that is not a float32 / float16 / bfloat16 array, a ``grad`` of another
+        dtype than y's or float32, an ``axis`` that is not an int, or an ``out`` that is
+        not device memory or has another dtype.
+    ValueError
+        A 0-d ``y``, a ``grad`` of another shape, an axis out of range, arrays on two
+        devices, or an ``out`` of another shape.
+
+    Examples
+    --------
+    >>> y = kaionb.softmax(kaionb.asarray([[1.0, 2.0, 3.0]], dtype=np.float32))
+    >>> grad = kaionb.asarray([[1.0, 0.0, 0.0]], dtype=np.float32)
+    >>> kaionb.softmax_bwd(grad, y).get().round(4)
+    array([[ 0.0819, -0.022 , -0.0599]], dtype=float32)
+    """
     op = "softmax_bwd"
     y = as_array(op, "y", y, dtypes=FLOAT_DTYPES)
     check_ndim(op, "y", y, (1, None))
@@ -735,15 +769,41 @@ def softmax_bwd_ref(grad, y, axis=-1):
 # -- the public function -----------------------------------------------------------------
 
 def softmax(x, axis=-1, *, out=None):
-    """Softmax along ``axis`` (any axis, negative counts from the end), float32
-    arithmetic.
+    """Softmax along ``axis`` (any axis, negative counts from the end), float32 arithmetic.
 
-    x: float32/float16/bfloat16, any shape (ndim >= 1) and any strides — transposed and
-    negative-stride views run without a copy when the axes other than ``axis`` fall into
-    two groups of one stride each; other layouts are copied to C order first. A new
-    result has x's axis order; ``out`` (x's shape and dtype) may have any layout. A line
-    of all −inf gives NaN, as torch.softmax does. On the tape (the backward reads the
-    output: :func:`softmax_bwd`).
+    Any shape (ndim >= 1) and any strides — transposed and negative-stride views run
+    without a copy when the axes other than ``axis`` fall into two groups of one stride
+    each; other layouts are copied to C order first. A new result has x's axis order. A
+    line of all −inf gives NaN, as torch.softmax does. On the tape (the backward reads
+    the output: :func:`softmax_bwd`).
+
+    Parameters
+    ----------
+    x : DeviceArray or array_like
+        An array of float32, float16 or bfloat16, at least 1-D, any strides.
+    axis : int, optional
+        The axis to normalize along.
+    out : DeviceArray, optional
+        An array of x's shape and dtype to write (any layout).
+
+    Returns
+    -------
+    DeviceArray
+        The probabilities, x's shape and dtype (``out`` itself when given).
+
+    Raises
+    ------
+    TypeError
+        ``x`` that is not a float32 / float16 / bfloat16 array, an ``axis`` that is not
+        an int, or an ``out`` that is not device memory or has another dtype.
+    ValueError
+        A 0-d ``x``, an axis out of range, or an ``out`` of another shape.
+
+    Examples
+    --------
+    >>> x = kaionb.asarray([[1.0, 2.0, 3.0]], dtype=np.float32)
+    >>> kaionb.softmax(x).get().round(4)
+    array([[0.09  , 0.2447, 0.6652]], dtype=float32)
     """
     y = softmax_fwd(x, axis, out=out)
     if type(x) is DeviceArray and x.requires_grad:
