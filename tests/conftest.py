@@ -1,10 +1,23 @@
-"""GPU tests are marked ``@pytest.mark.gpu`` and skip with a reason when no GPU is present."""
+"""GPU tests are marked ``@pytest.mark.gpu`` and skip with a reason when no GPU is present.
+
+Hypothesis profiles of the fuzz tests (tests/test_fuzz_*.py), chosen by KAIONB_FUZZ_PROFILE:
+"ci" (the default) runs a fixed small number of examples, the same ones every run;
+"gpu-long" thousands per op (tests/run_fuzz_long.sh). Failures print a reproduction blob.
+"""
+
+import os
 
 import pytest
+from hypothesis import settings
 
 from kaionb._device import gpu_available
 
 HAS_GPU = gpu_available()
+
+settings.register_profile("ci", max_examples=50, derandomize=True, deadline=None,
+                          print_blob=True)
+settings.register_profile("gpu-long", max_examples=2000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("KAIONB_FUZZ_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(config, items):
