@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 
 import ml_dtypes
 import numpy as np
@@ -873,14 +872,14 @@ class DeviceArray:
     def _permuted(self, axes: tuple, where: str) -> "DeviceArray":
         """The view with axes in the order ``axes`` (ints, or one sequence of them; none:
         reversed); refusals name ``where`` (transpose or permute_dims)."""
-        if len(axes) == 1 and not isinstance(axes[0], (numbers.Integral, np.integer)):
-            axes = tuple(axes[0])
-        if not axes:
+        if not axes:  # x.transpose(): every axis reversed
             axes = tuple(reversed(range(self.ndim)))
-        if sorted(operator.index(a) % max(self.ndim, 1) for a in axes) != list(range(self.ndim)):
-            raise ValueError(f"{where}: axes {axes} are not a permutation of "
+        elif len(axes) == 1 and not isinstance(axes[0], (numbers.Integral, np.integer)):
+            axes = tuple(axes[0])  # one sequence, which must name every axis (even ())
+        axes = [_axis_index(where, a, self.ndim) for a in axes]
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"{where}: axes {tuple(axes)} are not a permutation of "
                              f"{tuple(range(self.ndim))}")
-        axes = [operator.index(a) % self.ndim for a in axes]
         return self._view([self.shape[a] for a in axes], [self.strides[a] for a in axes])
 
     def reshape(self, *shape) -> "DeviceArray":
@@ -1847,6 +1846,15 @@ def _axis_index(op: str, axis, ndim: int) -> int:
     return int(axis) % ndim
 
 
+def _axis_set(op: str, axis, ndim: int) -> set:
+    """An int or a tuple of them as a set of axes in range; a repeated one is refused, as
+    NumPy does."""
+    axes = [_axis_index(op, a, ndim) for a in (axis if isinstance(axis, tuple) else (axis,))]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{op}: repeated axis in {axis}")
+    return set(axes)
+
+
 def broadcast_to(x: DeviceArray, /, shape) -> DeviceArray:
     """Return a view of ``x`` broadcast to ``shape``, as ``np.broadcast_to``.
 
@@ -1953,8 +1961,7 @@ def squeeze(x: DeviceArray, /, axis=None) -> DeviceArray:
     if axis is None:
         axes = {i for i, d in enumerate(x.shape) if d == 1}
     else:
-        axes = {_axis_index("squeeze", a, x.ndim)
-                for a in (axis if isinstance(axis, tuple) else (axis,))}
+        axes = _axis_set("squeeze", axis, x.ndim)
         for a in sorted(axes):
             if x.shape[a] != 1:
                 raise ValueError(f"squeeze: cannot select an axis to squeeze out which has "
@@ -1990,8 +1997,7 @@ def flip(x: DeviceArray, /, *, axis=None) -> DeviceArray:
     >>> kaionb.flip(kaionb.asarray([1, 2, 3])).get()
     array([3, 2, 1])
     """
-    axes = range(x.ndim) if axis is None else {
-        _axis_index("flip", a, x.ndim) for a in (axis if isinstance(axis, tuple) else (axis,))}
+    axes = range(x.ndim) if axis is None else _axis_set("flip", axis, x.ndim)
     key = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(x.ndim))
     return x[key]
 

@@ -24,6 +24,7 @@ groups=(
   "tests/test_reductions.py::test_every_op_and_dtype"
   "tests/test_reductions.py --deselect tests/test_reductions.py::test_every_op_and_dtype"
   "tests/test_determinism.py tests/test_soak.py"
+  "tests/test_fuzz_ops.py tests/test_fuzz_host.py"
 )
 pids=()
 for i in "${!groups[@]}"; do
