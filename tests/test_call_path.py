@@ -12,7 +12,8 @@ import kaionb
 from kaionb._device import STATE
 from kaionb.array import DeviceArray
 from kaionb.kernels import activations, matmul, norms, quantize, softmax
-from kaionb.kernels.op import _NOT_RECORDED, _overlapping, _Recording, _signature, _span
+from kaionb.kernels.op import (_NOT_RECORDED, _overlapping, _Recording, _Replay, _signature,
+                              _span, _View)
 from kaionb.testing import assert_close, metadata_array, poisoned, random_array
 
 # -- CPU: signatures and the recorder -----------------------------------------------------------
@@ -199,3 +200,28 @@ def test_replays_follow_the_current_stream():
         y = kaionb.rms_norm(x, w)
         assert_close(y, norms.rms_norm_ref(xh, wh), dtype=F16)
     assert isinstance(y, DeviceArray)
+
+
+def test_a_replay_returns_a_single_view_result():
+    """A result that is a view into what the call allocated is described by a tuple: a
+    replay once read that description as a tuple of results (found by fuzzing: softmax
+    of a transposed x, called twice)."""
+    base = metadata_array((8,), np.float32)
+    replay = _Replay((), _View(0, 4, (2, 3), (4, 8), np.dtype(np.float32)), 0)
+    view = replay([base])
+    assert type(view) is DeviceArray and view.shape == (2, 3) and view.strides == (4, 8)
+    assert view.ptr == base.ptr + 4
+    pair = _Replay((), (0, _View(0, 4, (2,), (4,), np.dtype(np.float32))), 0)([base])
+    assert pair[0] is base and pair[1].shape == (2,) and pair[1].ptr == base.ptr + 4
+
+
+@gpu
+def test_softmax_of_a_transposed_x_replays():
+    """softmax of a transposed x returns a view of its own allocation: the second (replayed)
+    call must return it as the first did."""
+    rng = np.random.default_rng(41)
+    for _ in range(3):
+        h = random_array((5, 3), np.float32, rng=rng)
+        got = softmax.softmax(kaionb.asarray(h).T, 0)
+        e = np.exp(h.T - h.T.max(axis=0))
+        assert_close(got.get(), e / e.sum(axis=0), dtype=np.float32)

@@ -468,7 +468,17 @@ class _Recording:
         if where is None:
             self.unrecordable("a result the call neither got nor allocated")
             return -1
-        return (*where, array.shape, array.strides, array.dtype)
+        return _View(*where, array.shape, array.strides, array.dtype)
+
+
+class _View(NamedTuple):
+    """A result that is a view into a base (a tuple subclass: a replay tells one result
+    that is a view from a tuple of results by ``type(result) is tuple``)."""
+    index: int
+    offset: int
+    shape: tuple
+    strides: tuple
+    dtype: object
 
 
 def _span(array) -> tuple:
