@@ -108,6 +108,32 @@ def test_int8_x_against_exact_reference(m, shape, per_channel):
 
 
 @gpu
+@pytest.mark.parametrize("x_dtype", [np.int8, bfloat16], ids=str)
+def test_one_column_weights_with_an_unaligned_x(x_dtype):
+    """Weights of one column get a padded (aligned) row stride; x with K = 141 is not
+    aligned: the kernel must not read x with 16-byte loads (it did: a misaligned-address
+    fault that ended the context; found by the fuzz, tests/test_fuzz_ops.py)."""
+    rng = np.random.default_rng(141)
+    m, hidden, widths = 15, 141, (1, 1, 1)
+    w_host = [rng.integers(-128, 128, (hidden, n), dtype=np.int8) for n in widths]
+    w_dev = [kaionb.asarray(np.ascontiguousarray(w.T)).T for w in w_host]
+    if x_dtype == np.int8:
+        x_host = rng.integers(-128, 128, (m, hidden), dtype=np.int8)
+        sx = (rng.uniform(0.5, 2.0, m) * 1e-2).astype(np.float32)
+        x, x_scale = kaionb.asarray(x_host), kaionb.asarray(sx)
+    else:
+        x = kaionb.asarray((rng.standard_normal((m, hidden)) * 3).astype(x_dtype))
+        x_scale = None
+        q, s = kaionb.quantize_int8(x, axis=0)
+        x_host, sx = q.get(), s.get()
+    got = kaionb.qkv_project_int8(x, *w_dev, 3e-3, 2e-3, 1e-3, x_scale=x_scale,
+                                  dtype=np.float32)
+    refs = mi.qkv_project_int8_ref(x_host, *w_host, 3e-3, 2e-3, 1e-3, x_scale=sx)
+    for g, ref in zip(got, refs):
+        assert relative_error(g.get(), ref) < 1e-6
+
+
+@gpu
 @pytest.mark.parametrize("m", [1, 3, 16, 17, 200])
 @pytest.mark.parametrize("dtype", [np.float16, bfloat16], ids=str)
 @pytest.mark.parametrize("hidden", [4096, 1000, 77])
