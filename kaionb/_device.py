@@ -555,7 +555,7 @@ def stream_handle(obj, where: str = "kaionb.stream", name: str = "s") -> int:
         return 0
     if isinstance(obj, Stream):
         return obj.handle
-    if isinstance(obj, int):
+    if isinstance(obj, int) and not isinstance(obj, bool):
         if obj < 0:
             raise ValueError(f"{where}: argument '{name}' expected a raw stream handle >= 0, "
                              f"got {obj}")

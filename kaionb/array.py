@@ -873,8 +873,8 @@ class DeviceArray:
         """The view with axes in the order ``axes`` (ints, or one sequence of them; none:
         reversed); refusals name ``where`` (transpose or permute_dims)."""
         if not axes:  # x.transpose(): every axis reversed
-            axes = tuple(reversed(range(self.ndim)))
-        elif len(axes) == 1 and not isinstance(axes[0], (numbers.Integral, np.integer)):
+            return self._view(self.shape[::-1], self.strides[::-1])
+        if len(axes) == 1 and not isinstance(axes[0], (numbers.Integral, np.integer)):
             axes = tuple(axes[0])  # one sequence, which must name every axis (even ())
         axes = [_axis_index(where, a, self.ndim) for a in axes]
         if sorted(axes) != list(range(self.ndim)):
@@ -1170,7 +1170,8 @@ class DeviceArray:
             return self
         src = self if self.is_c_contiguous else self.copy()  # (on the source device)
         with on_device(ordinal):
-            target = current_stream() if stream is None else Stream.wrap(stream)
+            target = (current_stream() if stream is None
+                      else Stream.wrap(stream, "DeviceArray.to", "stream"))
             # allocated (and later freed) in the copy's stream order; a stream of another
             # device is refused
             with _device.stream(target):
@@ -1274,7 +1275,8 @@ class DeviceArray:
         if not self.size:
             return host
         with on_device(self.device_id):
-            handle = current_stream().handle if stream is None else Stream.wrap(stream).handle
+            handle = (current_stream().handle if stream is None
+                      else Stream.wrap(stream, "DeviceArray.get", "stream").handle)
             _refuse_in_capture("DeviceArray.get", handle)
             src = self if self.is_c_contiguous else self.copy()
             from cuda.bindings import driver
@@ -1949,7 +1951,7 @@ def squeeze(x: DeviceArray, /, axis=None) -> DeviceArray:
     TypeError
         An axis that is not an int.
     ValueError
-        An axis whose size is not 1.
+        An axis whose size is not 1, or an axis given twice.
     numpy.exceptions.AxisError
         An axis out of range.
 
@@ -1989,6 +1991,8 @@ def flip(x: DeviceArray, /, *, axis=None) -> DeviceArray:
     ------
     TypeError
         An axis that is not an int.
+    ValueError
+        An axis given twice.
     numpy.exceptions.AxisError
         An axis out of range.
 

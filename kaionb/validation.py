@@ -18,7 +18,7 @@ from typing import NoReturn
 import numpy as np
 
 from ._device import STATE
-from .array import DeviceArray, asarray, normalize_dtype
+from .array import DeviceArray, asarray, bfloat16, normalize_dtype
 
 
 def fail(exc_type, op: str, name: str, expected: str, got) -> NoReturn:
@@ -117,7 +117,7 @@ def as_dtype(op: str, name: str, dtype, allowed, expected: str) -> np.dtype:
     dtype at all)."""
     try:
         dt = normalize_dtype(dtype, op)
-    except TypeError:
+    except (TypeError, ValueError):  # not a dtype, or a malformed spec ("f4", -1)
         fail(TypeError, op, name, expected, repr(dtype))
     if dt not in allowed:
         fail(TypeError, op, name, expected, dt)
@@ -125,8 +125,16 @@ def as_dtype(op: str, name: str, dtype, allowed, expected: str) -> np.dtype:
 
 
 def check_real(op: str, name: str, value) -> None:
-    """A real number (a bool is not one): TypeError otherwise, before its value is judged."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+    """A real number (a bool is not one): TypeError otherwise, before its value is judged.
+    NumPy scalars and 0-d arrays of a real dtype count (bfloat16's scalar type is no
+    ``numbers.Real``, yet a value read back from a bfloat16 array is one)."""
+    if isinstance(value, (bool, np.bool_)):
+        fail(TypeError, op, name, "a real number", type(value).__name__)
+    if isinstance(value, numbers.Real):
+        return
+    dt = getattr(value, "dtype", None)
+    if not (isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0
+            and (dt.kind in "iuf" or dt == bfloat16)):
         fail(TypeError, op, name, "a real number", type(value).__name__)
 
 

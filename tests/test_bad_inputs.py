@@ -257,6 +257,7 @@ CASES = [
     C("matmul", "precision", VE, "unknown", lambda: mm(a=f(), b=f((8, 16)), precision="fast")),
     C("matmul", "dtype", TE, "int32", lambda: mm(dtype=I32)),
     C("matmul", "dtype", TE, "unknown", lambda: mm(dtype="foo")),
+    C("matmul", "dtype", TE, "malformed", lambda: mm(dtype=("f4", -1))),
     C("matmul", "out", VE, "shape", lambda: mm(out=f((4, 15), F16))),
     C("matmul", "out", TE, "dtype", lambda: mm(dtype=F32, out=f((4, 16), F16))),
     C("matmul", "out", TE, "numpy", lambda: mm(out=np.zeros((4, 16), F16))),
@@ -631,6 +632,8 @@ CASES = [
     C("kaionb.Device", "ordinal", VE, "negative", lambda: kaionb.Device(np.int64(-2))),
     C("kaionb.stream", "s", TE, "str", lambda: _in_stream("abc")),
     C("kaionb.stream", "s", VE, "negative", lambda: _in_stream(-1)),
+    C("kaionb.stream", "s", TE, "bool", lambda: _in_stream(True)),
+    C("DeviceArray.get", "stream", TE, "str", lambda: f().get(stream="abc")),
     C("kaionb.graph", "stream", TE, "str", lambda: _in_graph("abc")),
     # grad.Tape.backward
     C("Tape.backward", "output", VE, "unrecorded", lambda: kaionb.grad.Tape().backward(f())),
@@ -659,3 +662,14 @@ def test_the_launch_guard_is_armed():
                  lambda: launch.KernelDef.__getitem__(None, 0)):
         with pytest.raises(AssertionError, match="planned or launched"):
             call()
+
+
+@pytest.mark.parametrize("eps", [BF16.type(1e-5), np.float32(1e-5), np.float16(1e-3),
+                                 np.int64(1), np.array(1e-5), 1e-5],
+                         ids=["bfloat16", "float32", "float16", "int64", "0-d", "float"])
+def test_real_scalars_of_every_kind_pass(eps):
+    """A real number in any of NumPy's and ml_dtypes' forms passes the kind check (a
+    bfloat16 scalar, read back from a bfloat16 array, is no ``numbers.Real``)."""
+    from kaionb.validation import check_positive
+
+    check_positive("rms_norm", "eps", eps)

@@ -28,6 +28,7 @@ with no unit stride.
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -546,6 +547,7 @@ class _Workspace(NamedTuple):
 # freed in its stream's order, after the launches queued on it.
 MAX_WORKSPACES = 16
 _WORKSPACES: dict[tuple, _Workspace] = {}
+_WORKSPACES_LOCK = threading.Lock()  # streams are per thread, the cache is the process's
 
 
 def _splitk_workspace(nbytes_partials: int, n_counters: int):
@@ -570,10 +572,11 @@ def _splitk_workspace(nbytes_partials: int, n_counters: int):
         # Under capture the workspace is the graph's own (allocated and zeroed in it, freed
         # when the call's views die): a cached one would be shared with eager calls.
         if not capturing:
-            _WORKSPACES.pop((device, stream.handle), None)
-            if len(_WORKSPACES) >= MAX_WORKSPACES:
-                del _WORKSPACES[next(iter(_WORKSPACES))]
-            _WORKSPACES[(device, stream.handle)] = ws
+            with _WORKSPACES_LOCK:
+                _WORKSPACES.pop((device, stream.handle), None)
+                if len(_WORKSPACES) >= MAX_WORKSPACES:
+                    del _WORKSPACES[next(iter(_WORKSPACES))]
+                _WORKSPACES[(device, stream.handle)] = ws
     return ws.partials, ws.counters
 
 
