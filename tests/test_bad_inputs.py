@@ -307,6 +307,8 @@ CASES = [
     C("qkv_project_int8", "out", TE, "array", lambda: qkv8(out=f((4, 16), F16))),
     C("qkv_project_int8", "out[2]", VE, "shape", lambda: qkv8(out=qkv_out(v=(4, 16)))),
     C("qkv_project_int8", "out", TE, "float64", lambda: qkv8(out=qkv_out(F64))),
+    C("qkv_project_int8", "out[1]", TE, "None", lambda: qkv8(out=(f((4, 16), F16), None,
+                                                                   f((4, 8), F16)))),
     # matmul_int4 (W4A16), qkv_project_int4, pack_int4, quantize_int4, dequantize_int4
     C("matmul_int4", "a", TE, "float32", lambda: mm4(a=f((4, 128)))),
     C("matmul_int4", "a", VE, "K", lambda: mm4(a=f((4, 64), F16))),
@@ -364,6 +366,7 @@ CASES = [
     C("attention_bwd", "k", VE, "head dim", lambda: att_bwd(k=q16(Q32), v=q16(Q32))),
     C("attention_bwd", "scale", VE, "nan", lambda: att_bwd(scale=NAN)),
     C("attention_bwd", "dtype", TE, "int8", lambda: att_bwd(dtype=I8)),
+    C("attention_bwd", "grads[1]", TE, "None", lambda: att_bwd(grads=(q16(), None, q16()))),
     C("attention_bwd", "dtype", TE, "unknown", lambda: att_bwd(dtype="foo")),
     C("attention_bwd", "grads", TE, "pair", lambda: att_bwd(grads=(q16(), q16()))),
     C("attention_bwd", "grads", TE, "float64",

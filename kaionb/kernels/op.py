@@ -97,6 +97,10 @@ def outputs(op: str, out, specs, *, device: int, name: str = "out") -> tuple:
         got = (f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list))
                else type(out).__name__)
         fail(TypeError, op, name, f"a tuple of {len(specs)} arrays", got)
+    for i, o in enumerate(out):
+        if o is None:  # output() would allocate it: a result the caller never sees
+            fail(TypeError, op, f"{name}[{i}]", "device memory (a DeviceArray, CuPy or "
+                 "PyTorch CUDA array)", "None")
     return tuple(output(op, o, shape, dtype, device=device, layout=layout, name=f"{name}[{i}]")
                  for i, (o, (shape, dtype, layout)) in enumerate(zip(out, specs)))
 
