@@ -59,7 +59,7 @@ from .._device import (
 )
 from ..array import DeviceArray, _new, empty
 from ..grad.record import record
-from ..validation import check_contiguous, check_out, fail
+from ..validation import as_out, check_contiguous, check_out, fail
 from .launch import CompiledKernel, KernelDef
 
 __all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "call_device",
@@ -97,10 +97,9 @@ def outputs(op: str, out, specs, *, device: int, name: str = "out") -> tuple:
         got = (f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list))
                else type(out).__name__)
         fail(TypeError, op, name, f"a tuple of {len(specs)} arrays", got)
-    for i, o in enumerate(out):
-        if o is None:  # output() would allocate it: a result the caller never sees
-            fail(TypeError, op, f"{name}[{i}]", "device memory (a DeviceArray, CuPy or "
-                 "PyTorch CUDA array)", "None")
+    # Each element device memory first: output() would allocate for a None, a result the
+    # caller never sees.
+    out = [as_out(op, o, f"{name}[{i}]") for i, o in enumerate(out)]
     return tuple(output(op, o, shape, dtype, device=device, layout=layout, name=f"{name}[{i}]")
                  for i, (o, (shape, dtype, layout)) in enumerate(zip(out, specs)))
 
