@@ -124,6 +124,26 @@ def as_dtype(op: str, name: str, dtype, allowed, expected: str) -> np.dtype:
     return dt
 
 
+def output_dtype(op: str, dtype, out, allowed, expected: str, default,
+                 out_name: str = "out") -> np.dtype:
+    """The dtype of an op's result(s): ``dtype`` when given (one of ``allowed``,
+    ``expected`` names them), else that of ``out`` — one array or a tuple (its first) —
+    whose dtype the caller chose (refused naming ``out_name``), else ``default``."""
+    if dtype is not None:
+        return as_dtype(op, "dtype", dtype, allowed, expected)
+    if isinstance(out, (tuple, list)):
+        if not out:
+            return default
+        dt, what = as_out(op, out[0], f"{out_name}[0]").dtype, f"arrays of dtype {expected}"
+    elif out is not None:
+        dt, what = as_out(op, out, out_name).dtype, f"dtype {expected}"
+    else:
+        return default
+    if dt not in allowed:
+        fail(TypeError, op, out_name, what, dt)
+    return dt
+
+
 def check_real(op: str, name: str, value) -> None:
     """A real number (a bool is not one): TypeError otherwise, before its value is judged.
     NumPy scalars and 0-d arrays of a real dtype count (bfloat16's scalar type is no

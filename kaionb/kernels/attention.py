@@ -49,12 +49,11 @@ from ..ptx_patches import (
 )
 from ..validation import (
     as_array,
-    as_dtype,
-    as_out,
     check_contiguous,
     check_same_dtype,
     check_shape,
     fail,
+    output_dtype,
 )
 from .helpers.attention import LOG2E, attention_block
 from .helpers.attention_bwd import STAT_ROWS, KeyBlock, QueryBlock
@@ -598,14 +597,7 @@ def attention_bwd_fwd(dout, q, k, v, out, lse, causal=False, scale=None, dtype=N
             fail(ValueError, op, name, f"device {q.device_id} (where 'q' is)",
                  f"device {x.device_id}")
     scale = _check_scale(op, scale, q.shape[-1])
-    if dtype is not None:
-        grad_dtype = as_dtype(op, "dtype", dtype, _INPUT_DTYPES, _DTYPE_NAMES)
-    elif isinstance(grads, (tuple, list)) and grads:  # the dtype of the grads given
-        grad_dtype = as_out(op, grads[0], "grads[0]").dtype
-        if grad_dtype not in _INPUT_DTYPES:
-            fail(TypeError, op, "grads", f"arrays of dtype {_DTYPE_NAMES}", grad_dtype)
-    else:
-        grad_dtype = q.dtype
+    grad_dtype = output_dtype(op, dtype, grads, _INPUT_DTYPES, _DTYPE_NAMES, q.dtype, "grads")
     grads = outputs(op, grads, [(x.shape, grad_dtype, LAST_AXIS) for x in (q, k, v)],
                     device=q.device_id, name="grads")
     for i, g in enumerate(grads):

@@ -47,13 +47,13 @@ from ..array import DeviceArray, bfloat16, empty, register_kernel
 from ..grad import record
 from ..validation import (
     as_array,
-    as_dtype,
     as_out,
     check_contiguous,
     check_out,
     check_same_device,
     check_same_dtype,
     fail,
+    output_dtype,
 )
 from . import matmul_hopper
 from .helpers import OUT_BF16, OUT_F16, OUT_F32
@@ -355,15 +355,9 @@ def _output(op: str, out, dtype, shape: tuple, a: DeviceArray, default=None) -> 
     """The output: ``out`` checked (shape, dtype, ``a``'s device, C-contiguous), or a new
     array of ``dtype`` (default: ``out``'s dtype, else ``default``, else ``a``'s)."""
     if out is not None:
-        out = as_out(op, out)  # device memory before its dtype is read
-    if dtype is not None:
-        dtype = as_dtype(op, "dtype", dtype, _OUT_KIND, _OUT_DTYPE_NAMES)
-    elif out is not None:
-        dtype = out.dtype
-        if dtype not in _OUT_KIND:  # the dtype the caller chose is out's
-            fail(TypeError, op, "out", f"dtype {_OUT_DTYPE_NAMES}", dtype)
-    else:
-        dtype = a.dtype if default is None else default
+        out = as_out(op, out)  # one array (a tuple is no out here)
+    dtype = output_dtype(op, dtype, out, _OUT_KIND, _OUT_DTYPE_NAMES,
+                         a.dtype if default is None else default)
     if out is None:
         return empty(shape, dtype)
     out = check_out(op, out, shape, dtype)

@@ -40,11 +40,10 @@ from .._tensor_map import tma_compatible
 from ..array import DeviceArray, _contiguous_strides, bfloat16, empty
 from ..validation import (
     as_array,
-    as_dtype,
-    as_out,
     check_contiguous,
     check_same_device,
     fail,
+    output_dtype,
 )
 from . import matmul_hopper
 from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR
@@ -399,14 +398,8 @@ _QKV_KERNELS = {v: _make_qkv_kernel(*v) for v in _qkv_variants()}
 def _qkv_outputs(op: str, out, rows_shape: tuple, widths: tuple, dtype, x: DeviceArray):
     """(q, k, v): ``out`` checked, or three C-contiguous arrays carved from one allocation
     (one allocator call per QKV call; each starts 16-byte aligned)."""
-    if dtype is not None:
-        dtype = as_dtype(op, "dtype", dtype, _OUT_KIND, _OUT_DTYPE_NAMES)
-    elif isinstance(out, (tuple, list)) and out:
-        dtype = as_out(op, out[0], "out[0]").dtype  # device memory before its dtype is read
-        if dtype not in _OUT_KIND:  # the dtype the caller chose is out's
-            fail(TypeError, op, "out", f"arrays of dtype {_OUT_DTYPE_NAMES}", dtype)
-    else:
-        dtype = x.dtype if x.dtype != np.int8 else _F32
+    dtype = output_dtype(op, dtype, out, _OUT_KIND, _OUT_DTYPE_NAMES,
+                         x.dtype if x.dtype != np.int8 else _F32)
     shapes = [rows_shape + (n,) for n in widths]
     if out is not None:
         return outputs(op, out, [(s, dtype, C_CONTIGUOUS) for s in shapes],
