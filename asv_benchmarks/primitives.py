@@ -1,6 +1,7 @@
 """asv: transformer primitives (rms_norm, layer_norm, softmax, fused_silu_gate, gelu,
-INT8 quantize/dequantize) — time per call and achieved GB/s, and the ratio to torch's own
-op (bytes: each input read once, the output written once)."""
+INT8 quantize/dequantize) — time per call and achieved GB/s, the ratio to torch's own op,
+and the share of a device-to-device copy's bandwidth measured in the same process (bytes:
+each input read once, the output written once)."""
 
 import kaionb
 
@@ -56,9 +57,13 @@ class Primitives:
             "dequantize_int8": (lambda: dequantize_int8(kq, ks, 0, ko.dtype, out=ko),
                                 lambda: q.to(tdt) * s[:, None].to(tdt), nb + x.numel()),
         }[op]
+        copy_dst = torch.empty_like(x)
+        self.copy = lambda: copy_dst.copy_(x)  # reads and writes 2 * nb bytes
+        self.copy_nbytes = 2 * nb
         for _ in range(3):
             self.ours()
             self.theirs()
+            self.copy()
         torch.cuda.synchronize()
 
     def time_kaionb(self, op, shape, dtype):
@@ -76,3 +81,9 @@ class Primitives:
         return median_ms(self.theirs) / median_ms(self.ours)
 
     track_speedup_vs_torch.unit = "x"
+
+    def track_fraction_of_copy(self, op, shape, dtype):
+        ours_gbps = self.nbytes / median_ms(self.ours)
+        return ours_gbps / (self.copy_nbytes / median_ms(self.copy))
+
+    track_fraction_of_copy.unit = "of copy"
