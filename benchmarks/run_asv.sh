@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The asv suite on the GPU machine, in the Python that is already there (the device has no
 # network, so asv cannot build its own environment), results saved under asv_results/ for
-# the commit checked out here:
+# the commit checked out here (or $ASV_COMMIT, a commit this repository has):
 #
 #   source .gpu/prelude.sh && bash benchmarks/run_asv.sh "$OUT/asv" [asv run arguments]
 #
@@ -24,7 +24,7 @@ python3 -m asv machine --yes --machine "$machine" --arch "$(uname -m)" \
   > "$logs/machine.log" 2>&1
 status=0
 python3 -m asv run --environment "existing:$(command -v python3)" \
-  --set-commit-hash "$(git rev-parse HEAD)" --machine "$machine" -a rounds=1 \
+  --set-commit-hash "${ASV_COMMIT:-$(git rev-parse HEAD)}" --machine "$machine" -a rounds=1 \
   --show-stderr "$@" 2>&1 | tee -a "$logs/run.log" || status=$?
-cp -r asv_results "$logs/"
+tar -czf "$logs/asv_results.tar.gz" asv_results
 exit $status
