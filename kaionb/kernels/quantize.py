@@ -452,16 +452,23 @@ def _dequantize_int8_launch(op, mode, q, scale, out):
         qv, scale.reshape(-1), ov, qv.shape[1], mode)
 
 
+def quantize_int8_exact(x, axis=None):
+    """float64 NumPy reference before rounding: (x / scale, scale), scale = max|x| / 127 over
+    each group (keepdims), x / scale 0 in a group of zeros."""
+    x = np.asarray(x, np.float64)
+    mode, _ = _mode("quantize_int8_ref", x.shape, axis)
+    reduce_axes = None if mode == TENSOR else (1 if mode == ROW else tuple(range(x.ndim - 1)))
+    scale = np.abs(x).max(axis=reduce_axes, keepdims=True) / QMAX
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(scale > 0, x / scale, 0.0), scale
+
+
 def quantize_int8_ref(x, axis=None):
     """float64 NumPy reference: (q int8, scale float32)."""
-    x = np.asarray(x, np.float64)
-    mode, scale_shape = _mode("quantize_int8_ref", x.shape, axis)
-    reduce_axes = None if mode == TENSOR else (1 if mode == ROW else tuple(range(x.ndim - 1)))
-    amax = np.abs(x).max(axis=reduce_axes, keepdims=True)
-    scale = amax / QMAX
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(scale > 0, np.rint(x / scale), 0.0)
-    return np.clip(q, -QMAX, QMAX).astype(np.int8), scale.reshape(scale_shape).astype(np.float32)
+    exact, scale = quantize_int8_exact(x, axis)
+    _, scale_shape = _mode("quantize_int8_ref", np.shape(x), axis)
+    return (np.clip(np.rint(exact), -QMAX, QMAX).astype(np.int8),
+            scale.reshape(scale_shape).astype(np.float32))
 
 
 def dequantize_int8_ref(q, scale, axis=None):
