@@ -75,10 +75,6 @@ class TimeAttention:
         self._ours()
         self.torch.cuda.synchronize()
 
-    def time_flash_attention_2(self, shape):
-        self._fa2()
-        self.torch.cuda.synchronize()
-
     def track_rate(self, shape):
         """Prefill: TFLOP/s (4·B·Hq·Sq·Sk·D, halved for causal). Decode: GB/s of K and V
         (2·B·Hkv·Sk·D·2 bytes)."""

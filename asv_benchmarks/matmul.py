@@ -57,10 +57,6 @@ class TimeMatmul:
         self._kaionb()
         self.torch.cuda.synchronize()
 
-    def time_cublas(self, dtype, shape):
-        self._cublas()
-        self.torch.cuda.synchronize()
-
     def track_tflops(self, dtype, shape):
         return self.flops / batched_ms(self._kaionb) / 1e9
 

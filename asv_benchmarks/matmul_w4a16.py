@@ -53,10 +53,6 @@ class TimeMatmulInt4:
         self._ours()
         self.torch.cuda.synchronize()
 
-    def time_baseline(self, m):
-        self._baseline()
-        self.torch.cuda.synchronize()
-
     def track_weight_gbps(self, m):
         """Packed weight + scale bytes per second."""
         return self.w.nbytes / batched_ms(self._ours) / 1e6

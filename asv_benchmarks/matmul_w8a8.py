@@ -52,10 +52,6 @@ class TimeMatmulInt8:
         self._ours()
         self.torch.cuda.synchronize()
 
-    def time_baseline(self, shape):
-        self._baseline()
-        self.torch.cuda.synchronize()
-
     def track_tops(self, shape):
         return self.ops / batched_ms(self._ours) / 1e9
 

@@ -7,8 +7,9 @@
 #
 # The machine is named after the GPU (nvidia-h100-80gb-hbm3, ...). rounds=1: each track_*
 # takes its own median of 50 CUDA-event-timed runs, so asv's second round of processes
-# would only double the time. Logs (appended) and a copy of the results go to $1; a
-# later run for the same commit adds to the results (asv run --bench REGEX runs a part).
+# would only double the time. forkserver: the suite and its baselines are imported once
+# (asv_benchmarks/common.py says why). Logs (appended) and a tarball of the results go to
+# $1; a later run for the same commit adds to the results (--bench REGEX runs a part).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 logs=${1:-/tmp/asv}
@@ -25,6 +26,7 @@ python3 -m asv machine --yes --machine "$machine" --arch "$(uname -m)" \
 status=0
 python3 -m asv run --environment "existing:$(command -v python3)" \
   --set-commit-hash "${ASV_COMMIT:-$(git rev-parse HEAD)}" --machine "$machine" -a rounds=1 \
+  --launch-method "${ASV_LAUNCH_METHOD:-forkserver}" \
   --show-stderr "$@" 2>&1 | tee -a "$logs/run.log" || status=$?
 tar -czf "$logs/asv_results.tar.gz" asv_results
 exit $status
