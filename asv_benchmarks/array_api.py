@@ -60,7 +60,8 @@ class ArrayApi:
             kx, ky = kaionb.asarray(x), kaionb.asarray(y)
             self.ours, self.theirs = (lambda: kx + ky), (lambda: x + y)
             self.nbytes = 2 * x.nbytes + y.nbytes
-        self.timer = batched_ms if case == "small_add" else median_ms
+        # (not self.timer: asv takes a benchmark's `timer` attribute as its clock)
+        self.ms_per_call = batched_ms if case == "small_add" else median_ms
         for _ in range(3):
             self.ours()
             self.theirs()
@@ -73,11 +74,11 @@ class ArrayApi:
         cp.cuda.runtime.deviceSynchronize()
 
     def track_gbps(self, case):
-        return self.nbytes / self.timer(self.ours) / 1e6
+        return self.nbytes / self.ms_per_call(self.ours) / 1e6
 
     track_gbps.unit = "GB/s"
 
     def track_speedup_vs_cupy(self, case):
-        return self.timer(self.theirs) / self.timer(self.ours)
+        return self.ms_per_call(self.theirs) / self.ms_per_call(self.ours)
 
     track_speedup_vs_cupy.unit = "x"

@@ -3,6 +3,7 @@
 import time
 
 import numpy as np
+from numba import cuda
 
 from .common import require_gpu
 
@@ -11,8 +12,6 @@ LAUNCHES = 2000
 
 
 def _double_kernel(x, out):
-    from numba import cuda
-
     i = cuda.grid(1)
     if i < out.size:
         out[i] = 2.0 * x[i]
@@ -21,8 +20,6 @@ def _double_kernel(x, out):
 class LaunchOverhead:
     def setup(self):
         require_gpu()
-        from numba import cuda
-
         import kaionb
         from kaionb.kernels.launch import KernelDef
 
