@@ -1,0 +1,64 @@
+"""asv: the primitives' backward kernels against torch autograd's backward of the same
+forward, and the fused residual RMSNorm against torch's ``F.rms_norm(x + residual)``, at
+[16384, 8192] — achieved GB/s and the ratio to torch. The cases (and their byte counts)
+are benchmarks/primitives_table.py's, which prints them as a table."""
+
+import sys
+from pathlib import Path
+
+from .common import median_ms, require_gpu
+
+SHAPE = (16384, 8192)
+DTYPES = ["float16", "bfloat16"]
+OPS = ["rms_norm_bwd", "layer_norm_bwd", "softmax_bwd", "fused_silu_gate_bwd", "gelu_bwd",
+       "add_rms_norm"]
+
+
+def _backward_cases(*tensors):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from primitives_table import backward_cases
+
+    return backward_cases(*tensors)
+
+
+class PrimitivesBackward:
+    params = (OPS, DTYPES)
+    param_names = ["op", "dtype"]
+    timeout = 300
+
+    def setup(self, op, dtype):
+        require_gpu()
+        import torch
+        import torch.nn.functional as F
+
+        import kaionb
+
+        tdt = getattr(torch, dtype)
+        x, y = (torch.randn(SHAPE, device="cuda", dtype=tdt) for _ in range(2))
+        w, b = (torch.randn(SHAPE[-1], device="cuda", dtype=tdt) for _ in range(2))
+        kx, ky, kw, kb = (kaionb.asarray(t) for t in (x, y, w, b))
+        nb = x.numel() * x.element_size()
+        if op == "add_rms_norm":  # read x, residual; write normed, x + residual (+ weight)
+            normed, summed = kaionb.empty(SHAPE, kx.dtype), kaionb.empty(SHAPE, kx.dtype)
+            self.ours = lambda: kaionb.add_rms_norm(kx, ky, kw, out=normed,
+                                                    residual_out=summed)
+            self.theirs = lambda: F.rms_norm(x + y, (SHAPE[-1],), w, 1e-6)
+            self.nbytes = 4 * nb + w.numel() * w.element_size()
+        else:
+            cases = {name: case for name, *case in _backward_cases(x, y, w, b, kx, ky, kw, kb,
+                                                                   nb)}
+            self.ours, self.theirs, self.nbytes = cases[op]
+        for _ in range(3):
+            self.ours()
+            self.theirs()
+        torch.cuda.synchronize()
+
+    def track_gbps(self, op, dtype):
+        return self.nbytes / median_ms(self.ours) / 1e6
+
+    track_gbps.unit = "GB/s"
+
+    def track_speedup_vs_torch(self, op, dtype):
+        return median_ms(self.theirs) / median_ms(self.ours)
+
+    track_speedup_vs_torch.unit = "x"
