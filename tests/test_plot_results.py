@@ -134,8 +134,8 @@ def test_newest_run_of_machine_and_commit(tmp_path):
 
 
 def test_figures(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="drawing the figures needs matplotlib (the "
-                        "bench extra)")
+    pytest.importorskip("matplotlib", reason="drawing the figures needs matplotlib (the test "
+                        "or bench extra)")
     import matplotlib.image
 
     results = tmp_path / "asv_results"
