@@ -6,7 +6,8 @@ are benchmarks/primitives_table.py's, which prints them as a table."""
 import sys
 from pathlib import Path
 
-from .common import median_ms, require_gpu
+from . import primitives_round2
+from .common import require_gpu
 
 SHAPE = (16384, 8192)
 DTYPES = ["float16", "bfloat16"]
@@ -53,12 +54,6 @@ class PrimitivesBackward:
             self.theirs()
         torch.cuda.synchronize()
 
-    def track_gbps(self, op, dtype):
-        return self.nbytes / median_ms(self.ours) / 1e6
-
-    track_gbps.unit = "GB/s"
-
-    def track_speedup_vs_torch(self, op, dtype):
-        return median_ms(self.theirs) / median_ms(self.ours)
-
-    track_speedup_vs_torch.unit = "x"
+    # GB/s and the ratio to torch of self.ours / self.theirs / self.nbytes, as for round 2
+    track_gbps = primitives_round2.PrimitivesRound2.track_gbps
+    track_speedup_vs_torch = primitives_round2.PrimitivesRound2.track_speedup_vs_torch
