@@ -82,3 +82,49 @@ class ArrayApi:
         return self.ms_per_call(self.theirs) / self.ms_per_call(self.ours)
 
     track_speedup_vs_cupy.unit = "x"
+
+
+RANDOM_CASES = ["standard_normal_f32", "random_f32", "integers_i64"]
+RANDOM_NUMEL = 1 << 27
+
+
+class Random:
+    """kaionb.random's Generator (Philox) against CuPy's Generator, 2^27 values: GB/s of
+    the values written and the ratio to CuPy (both write into a given array where CuPy
+    takes ``out=``; integers allocates on both sides)."""
+
+    params = (RANDOM_CASES,)
+    param_names = ["case"]
+    timeout = 300
+
+    def setup(self, case):
+        require_gpu()
+        import cupy as cp
+
+        ours, theirs = kaionb.random.default_rng(0), cp.random.default_rng(0)
+        n = RANDOM_NUMEL
+        if case == "integers_i64":
+            self.ours = lambda: ours.integers(0, 1000, n, np.int64)
+            self.theirs = lambda: theirs.integers(0, 1000, n, dtype=np.int64)
+            self.nbytes = 8 * n
+        else:
+            method = case.rsplit("_", 1)[0]
+            o = cp.empty(n, np.float32)
+            ko = kaionb.asarray(o)
+            self.ours = lambda: getattr(ours, method)(n, np.float32, out=ko)
+            self.theirs = lambda: getattr(theirs, method)(n, dtype=np.float32, out=o)
+            self.nbytes = 4 * n
+        for _ in range(3):
+            self.ours()
+            self.theirs()
+        cp.cuda.runtime.deviceSynchronize()
+
+    def track_gbps(self, case):
+        return self.nbytes / median_ms(self.ours) / 1e6
+
+    track_gbps.unit = "GB/s"
+
+    def track_speedup_vs_cupy(self, case):
+        return median_ms(self.theirs) / median_ms(self.ours)
+
+    track_speedup_vs_cupy.unit = "x"

@@ -1,10 +1,8 @@
 """asv: the primitives' backward kernels against torch autograd's backward of the same
-forward, and the fused residual RMSNorm against torch's ``F.rms_norm(x + residual)``, at
-[16384, 8192] — achieved GB/s and the ratio to torch. The cases (and their byte counts)
-are benchmarks/primitives_table.py's, which prints them as a table."""
-
-import sys
-from pathlib import Path
+forward (RoPE's: the eager NeoX expression's), and the fused residual RMSNorm against
+torch's ``F.rms_norm(x + residual)``, at [16384, 8192] — achieved GB/s and the ratio to
+torch. The cases (and their byte counts) are benchmarks/primitives_table.py's, which
+prints them as a table."""
 
 from . import primitives_round2
 from .common import require_gpu
@@ -12,14 +10,7 @@ from .common import require_gpu
 SHAPE = (16384, 8192)
 DTYPES = ["float16", "bfloat16"]
 OPS = ["rms_norm_bwd", "layer_norm_bwd", "softmax_bwd", "fused_silu_gate_bwd", "gelu_bwd",
-       "add_rms_norm"]
-
-
-def _backward_cases(*tensors):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from primitives_table import backward_cases
-
-    return backward_cases(*tensors)
+       "add_rms_norm", "add_rms_norm_bwd", "rope_bwd"]
 
 
 class PrimitivesBackward:
@@ -46,9 +37,12 @@ class PrimitivesBackward:
             self.theirs = lambda: F.rms_norm(x + y, (SHAPE[-1],), w, 1e-6)
             self.nbytes = 4 * nb + w.numel() * w.element_size()
         else:
-            cases = {name: case for name, *case in _backward_cases(x, y, w, b, kx, ky, kw, kb,
-                                                                   nb)}
-            self.ours, self.theirs, self.nbytes = cases[op]
+            table = primitives_round2._table()
+            x4 = x.view(-1, 1024, 32, 128)
+            cases = table.backward_cases(x, y, w, b, kx, ky, kw, kb, nb) + table.rope_cases(
+                x4, kaionb.empty(x4.shape, kx.dtype), y.view(x4.shape))
+            self.ours, self.theirs, self.nbytes = {
+                name.split(" ")[0]: case for name, *case in cases}[op]
         for _ in range(3):
             self.ours()
             self.theirs()

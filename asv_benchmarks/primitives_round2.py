@@ -2,6 +2,9 @@
 scale mode — achieved GB/s and the ratio to torch (RoPE: the eager NeoX
 expression; AdamW: torch.optim.AdamW(fused=True); quantizers: the eager expressions)."""
 
+import sys
+from pathlib import Path
+
 import kaionb
 
 from .common import median_ms, require_gpu
@@ -11,6 +14,15 @@ DTYPES = ["float16", "bfloat16"]
 OPS = ["rope", "quantize_int8_tensor", "quantize_int8_col", "dequantize_int8_tensor",
        "dequantize_int8_col"]
 ADAMW_NUMEL = 1 << 25
+
+
+def _table():
+    """benchmarks/primitives_table.py, which defines the cases (and their byte counts)
+    and prints them as a table."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import primitives_table
+
+    return primitives_table
 
 
 class PrimitivesRound2:
@@ -23,26 +35,17 @@ class PrimitivesRound2:
         import torch
 
         from kaionb.kernels.quantize import dequantize_int8, quantize_int8
-        from kaionb.kernels.rope import rope, rope_cache
 
         tdt = getattr(torch, dtype)
         x = torch.randn(SHAPE, device="cuda", dtype=tdt)
         kx = kaionb.asarray(x)
         ko = kaionb.empty(SHAPE, kx.dtype)
         nb = x.numel() * x.element_size()
-        if op == "rope":
+        if op in ("rope", "rope_bwd"):
             x4 = x.view(-1, 1024, 32, 128)
-            kx4, ko4 = kaionb.asarray(x4), ko.reshape(x4.shape)
-            cos, sin = rope_cache(1024, 128)
-            tc = torch.from_dlpack(cos).to(tdt)[:, None, :]
-            ts = torch.from_dlpack(sin).to(tdt)[:, None, :]
-
-            def theirs():
-                x1, x2 = x4[..., :64], x4[..., 64:]
-                return torch.cat((x1 * tc - x2 * ts, x2 * tc + x1 * ts), -1)
-
-            self.ours, self.theirs, self.nbytes = (
-                lambda: rope(kx4, cos, sin, out=ko4), theirs, 2 * nb)
+            cases = dict((name.split(" ")[0], case) for name, *case in
+                         _table().rope_cases(x4, ko.reshape(x4.shape), x4))
+            self.ours, self.theirs, self.nbytes = cases[op]
         else:
             kind, mode = op.rsplit("_", 1)
             axis = None if mode == "tensor" else -1

@@ -17,10 +17,11 @@ import time
 import kaionb
 from kaionb.kernels.helpers import rowwise
 from kaionb.kernels.activations import fused_silu_gate, fused_silu_gate_bwd, gelu, gelu_bwd
-from kaionb.kernels.norms import add_rms_norm, layer_norm, layer_norm_bwd, rms_norm, rms_norm_bwd
+from kaionb.kernels.norms import (add_rms_norm, add_rms_norm_bwd, layer_norm, layer_norm_bwd,
+                                  rms_norm, rms_norm_bwd)
 from kaionb.kernels.optim import adamw_step
 from kaionb.kernels.quantize import dequantize_int8, quantize_int8
-from kaionb.kernels.rope import rope, rope_cache
+from kaionb.kernels.rope import rope, rope_bwd, rope_cache
 from kaionb.kernels.softmax import softmax, softmax_bwd
 
 LARGE = [((16384, 8192), "float16"), ((16384, 8192), "float32"), ((16384, 8192), "bfloat16"),
@@ -82,8 +83,7 @@ def cases(shape, dtype):
     nb = x.numel() * x.element_size()
     wb = w.numel() * w.element_size()
     # RoPE on x seen as [B, 1024, 32, 128] (NeoX layout, full rotary).
-    seq = 1024
-    x4 = x.view(-1, seq, 32, 128) if x.numel() % (seq * 32 * 128) == 0 else None
+    x4 = x.view(-1, 1024, 32, 128) if x.numel() % (1024 * 32 * 128) == 0 else None
     cases = [
         ("rms_norm", lambda: rms_norm(kx, kw, out=ko),
          lambda: F.rms_norm(x, (shape[-1],), w, 1e-6), 2 * nb + wb),  # torch >= 2.4
@@ -122,18 +122,34 @@ def cases(shape, dtype):
     ]
     cases += backward_cases(x, y, w, b, kx, ky, kw, kb, nb)
     if x4 is not None:
-        cos, sin = rope_cache(seq, 128)
-        tc = torch.from_dlpack(cos).to(tdt)[:, None, :]
-        ts = torch.from_dlpack(sin).to(tdt)[:, None, :]
-        kx4, ko4 = kaionb.asarray(x4), kaionb.asarray(out.view(x4.shape))
-
-        def torch_rope():
-            x1, x2 = x4[..., :64], x4[..., 64:]
-            return torch.cat((x1 * tc - x2 * ts, x2 * tc + x1 * ts), -1)
-
-        cases.append(("rope (neox, D=128)", lambda: rope(kx4, cos, sin, out=ko4), torch_rope,
-                      2 * nb))
+        cases += rope_cases(x4, kaionb.asarray(out.view(x4.shape)), y.view(x4.shape))
     return cases
+
+
+def rope_cases(x4, out4, grad4):
+    """RoPE (NeoX, full rotary D) on x4 [B, S, H, D] and its backward (grad4 rotated back)
+    against the eager torch expression and its autograd: read x (grad), write out."""
+    import torch
+
+    seq, dim = x4.shape[1], x4.shape[3]
+    cos, sin = rope_cache(seq, dim)
+    tc = torch.from_dlpack(cos).to(x4.dtype)[:, None, :]
+    ts = torch.from_dlpack(sin).to(x4.dtype)[:, None, :]
+    kx4, kg4 = kaionb.asarray(x4), kaionb.asarray(grad4)
+    nb = x4.numel() * x4.element_size()
+
+    def torch_rope(t):
+        t1, t2 = t[..., :dim // 2], t[..., dim // 2:]
+        return torch.cat((t1 * tc - t2 * ts, t2 * tc + t1 * ts), -1)
+
+    xr = x4.detach().clone().requires_grad_()
+    rotated = torch_rope(xr)
+    return [
+        (f"rope (neox, D={dim})", lambda: rope(kx4, cos, sin, out=out4),
+         lambda: torch_rope(x4), 2 * nb),
+        (f"rope_bwd (neox, D={dim})", lambda: rope_bwd(kg4, cos, sin, out=out4),
+         lambda: torch.autograd.grad(rotated, xr, grad4, retain_graph=True), 2 * nb),
+    ]
 
 
 def backward_cases(x, y, w, b, kx, ky, kw, kb, nb):
@@ -146,17 +162,21 @@ def backward_cases(x, y, w, b, kx, ky, kw, kb, nb):
     n = x.shape[-1]
     xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
     gate = y.detach().clone().requires_grad_()
+    resr = y.detach().clone().requires_grad_()
+    summed = xr + resr
     torch_out = {
         "rms_norm": (F.rms_norm(xr, (n,), wr, 1e-6), (xr, wr)),
         "layer_norm": (F.layer_norm(xr, (n,), wr, br, 1e-5), (xr, wr, br)),
         "softmax": (torch.softmax(xr, -1), (xr,)),
         "fused_silu_gate": (F.silu(xr) * gate, (xr, gate)),
         "gelu": (F.gelu(xr), (xr,)),
+        "add_rms_norm": ((F.rms_norm(summed, (n,), wr, 1e-6), summed), (xr, resr, wr)),
     }
 
     def theirs(name):
         out, inputs = torch_out[name]
-        return lambda: torch.autograd.grad(out, inputs, y, retain_graph=True)
+        grads = (y, y) if isinstance(out, tuple) else y
+        return lambda: torch.autograd.grad(out, inputs, grads, retain_graph=True)
 
     ksm = softmax(kx)
     return [
@@ -167,6 +187,9 @@ def backward_cases(x, y, w, b, kx, ky, kw, kb, nb):
         ("fused_silu_gate_bwd", lambda: fused_silu_gate_bwd(ky, kx, ky),
          theirs("fused_silu_gate"), 5 * nb),
         ("gelu_bwd", lambda: gelu_bwd(ky, kx), theirs("gelu"), 3 * nb),
+        # read grad, grad_residual and s; write ds (the gradient of x and of residual)
+        ("add_rms_norm_bwd", lambda: add_rms_norm_bwd(ky, ky, kx, kw),
+         theirs("add_rms_norm"), 4 * nb),
     ]
 
 
@@ -205,6 +228,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="headline shape only")
+    parser.add_argument("--ops", default="",
+                        help="comma-separated op names to time (default: all), e.g. "
+                             "rms_norm_bwd,layer_norm_bwd")
     parser.add_argument("--threads", default="",
                         help="also time rms_norm/softmax f16 [16384, 8192] at these "
                              "rowwise.PREFERRED_THREADS values")
@@ -220,17 +246,20 @@ def main():
     header = (f"{'op':22s} {'dtype':9s} {'shape':15s} {'us':>8s} {'GB/s':>7s} {'%copy':>6s} "
               f"{'torch us':>9s} {'torch GB/s':>10s} {'speedup':>8s}")
     print(header)
-    rows = []
+    wanted = {op for op in args.ops.split(",") if op}
     for shape, dtype in (LARGE[:1] if args.quick else LARGE):
         for name, ours, theirs, nbytes in cases(shape, dtype):
+            if wanted and name.split(" ")[0] not in wanted:
+                continue
             us = bench_gpu(ours, args.reps)
             tus = bench_gpu(theirs, args.reps)
             gbs, tgbs = nbytes / us / 1e3, nbytes / tus / 1e3
             line = (f"{name:22s} {dtype:9s} {str(list(shape)):15s} {us:8.1f} {gbs:7.0f} "
                     f"{100 * gbs / copy_gbs:5.1f}% {tus:9.1f} {tgbs:10.0f} {tus / us:7.2f}x")
-            rows.append(line)
             print(line, flush=True)
         torch.cuda.empty_cache()
+    if wanted:
+        return
     ours, theirs, nbytes = adamw_case(1 << 25)
     us, tus = bench_gpu(ours, args.reps), bench_gpu(theirs, args.reps)
     gbs, tgbs = nbytes / us / 1e3, nbytes / tus / 1e3
