@@ -401,6 +401,17 @@ def multiprocessor_count(ordinal: int | None = None) -> int:
     return _multiprocessor_count(STATE.ordinal if ordinal is None else ordinal)
 
 
+@functools.lru_cache(maxsize=None)
+def _shared_per_block_optin(ordinal: int) -> int:
+    return _core_device(ordinal).properties.max_shared_memory_per_block_optin
+
+
+def shared_per_block_optin(ordinal: int | None = None) -> int:
+    """The most shared memory (bytes) one block of device ``ordinal`` may opt in to:
+    99 KiB on sm_86/sm_89, 163 on sm_80, 227 on sm_90."""
+    return _shared_per_block_optin(STATE.ordinal if ordinal is None else ordinal)
+
+
 # -- streams ---------------------------------------------------------------------------
 
 

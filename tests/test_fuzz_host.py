@@ -122,6 +122,8 @@ class _Kernel:
         ck._local, ck._function, ck._max_clusters = threading.local(), None, {}
         ck._driver, ck._success = _Driver(), driver.CUresult.CUDA_SUCCESS
         self._function = None  # (occupancy queries pass it to the stubbed driver)
+        self.max_dynamic_shared = max(kdef.max_dynamic_shared_bytes,
+                                      launch.DEFAULT_MAX_DYNAMIC_SHARED)
 
     def __call__(self, grid, block, args, **kwargs):
         name = self.kdef.name

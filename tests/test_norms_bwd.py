@@ -128,16 +128,26 @@ def test_add_rms_norm_bwd_inputs():
 @pytest.fixture
 def planned(monkeypatch):
     """The backward's launches and partial-sum reductions, recorded instead of run: a GPU of
-    132 SMs with 2 resident blocks each (a wave of 264). The fast path's replays of these
-    calls (which launched nothing) are dropped after."""
-    calls = []
+    132 SMs with 2 resident blocks each (a wave of 264) and sm_90's 227 KiB of shared
+    memory a block (``calls.shared_limit``). The fast path's replays of these calls (which
+    launched nothing) are dropped after."""
 
-    def compiled(kdef, signature):
-        def launch_it(grid, block, args, shared_mem=0):
-            calls.append((kdef.name, grid, block, shared_mem, args))
-        return launch_it
+    class Calls(list):
+        shared_limit = 227 * 1024
 
-    monkeypatch.setattr(launch.KernelDef, "__getitem__", compiled)
+    calls = Calls()
+
+    class Compiled:
+        def __init__(self, kdef):
+            self.kdef = kdef
+            self.max_dynamic_shared = min(max(kdef.max_dynamic_shared_bytes, 48 * 1024),
+                                          calls.shared_limit)
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            calls.append((self.kdef.name, grid, block, shared_mem, args))
+
+    monkeypatch.setattr(launch.KernelDef, "__getitem__", lambda kdef, sig: Compiled(kdef))
+
     monkeypatch.setattr(norms, "multiprocessor_count", lambda device=0: 132)
     monkeypatch.setattr(norms, "_resident_blocks", lambda kernel, threads, shared: 2)
     monkeypatch.setattr(norms, "empty", lambda shape, dtype: fake(shape, dtype))
@@ -149,17 +159,22 @@ def planned(monkeypatch):
     STATE.calls = saved
 
 
-@pytest.mark.parametrize("x_dt,g_dt,n,kernel,threads,cache,shared", [
-    (bfloat16, bfloat16, 4096, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 256, -1, 0),
-    (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 1024, -1, 0),
-    (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 0),
+@pytest.mark.parametrize("x_dt,g_dt,n,kernel,threads,cache,stages,shared", [
+    # The staged path: x and g of 1 or 2 rows in shared memory, chunks of 8 bf16 (16 + 16
+    # bytes), or 8 with a float32 g (16 + 32), or 4 float32 (16 + 16).
+    (bfloat16, bfloat16, 4096, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 256, -1, 2,
+     2 * 512 * 32),
+    (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 1024, -1, 2,
+     2 * 2048 * 32),
+    (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 2,
+     2 * 1024 * 48),
     # Streaming: chunks of 8 (16 bytes of x, 32 of g) cached up to 96 KiB; 251 chunks of
     # 4 float32 and one for a misaligned row.
-    (bfloat16, F32, 16384, "_rms_norm_bwd_kernel_wide_bfloat16_float32", 512, 2048, 98304),
-    (F32, F32, 4096, "_rms_norm_bwd_kernel_float32_float32", 512, -1, 0),
-    (F32, F32, 1001, "_rms_norm_bwd_kernel_wide_float32_float32", 256, 252, 252 * 32),
+    (bfloat16, F32, 16384, "_rms_norm_bwd_kernel_wide_bfloat16_float32", 512, 2048, 1, 98304),
+    (F32, F32, 4096, "_rms_norm_bwd_kernel_float32_float32", 512, -1, 2, 2 * 1024 * 32),
+    (F32, F32, 1001, "_rms_norm_bwd_kernel_wide_float32_float32", 256, 252, 1, 252 * 32),
 ])
-def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, shared):
+def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, stages, shared):
     # Register rows up to 16 (halves) or 8 elements per thread; a wave of blocks, each
     # writing a row of float32 partials that one column reduction sums.
     rows = 1000
@@ -167,11 +182,21 @@ def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, share
     got = rms_norm_bwd(fake((rows, n), g_dt), fake((rows, n), x_dt), fake((n,), x_dt),
                        out=(dx, dw))
     assert got[0] is dx and got[1] is dw
-    (name, grid, block, shared, args), (_, part, final) = planned
-    assert (name, grid, block, shared, args[-1]) == (kernel, (264,), (threads,), shared,
-                                                     cache)
+    (name, grid, block, shared_mem, args), (_, part, final) = planned
+    assert (name, grid, block, shared_mem, args[-2:]) == (kernel, (264,), (threads,), shared,
+                                                          (cache, stages))
     assert args[5] is part and part.shape == (264, n) and part.dtype == F32 and final is dw
     assert args[7:11] == (n, 1e-6, 0, 0)  # n, eps, has_bias, has_gs
+
+
+def test_norm_bwd_one_stage_where_two_do_not_fit(planned):
+    # sm_89 lets a block opt in to 99 KiB: two rows of 16384 bf16 x and g (128 KiB) don't
+    # fit, so one row is staged at a time.
+    planned.shared_limit = 99 * 1024
+    n = 16384
+    rms_norm_bwd(fake((1000, n), bfloat16), fake((1000, n), bfloat16), fake((n,), bfloat16))
+    (_, _, _, shared_mem, args), _ = planned
+    assert (shared_mem, args[-1]) == (2048 * 32, 1)
 
 
 def test_layer_norm_and_add_bwd_flags(planned):

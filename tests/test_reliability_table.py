@@ -36,6 +36,8 @@ class _Recorder:
         self.kdef, self._launched = kdef, launched
         self.signature = kdef.signatures[which] if isinstance(which, int) else which
         self._function = None  # (the occupancy queries get it, answered by a stub below)
+        self.max_dynamic_shared = max(kdef.max_dynamic_shared_bytes,
+                                      launch.DEFAULT_MAX_DYNAMIC_SHARED)
 
     def __call__(self, grid, block, args, **kwargs):
         self._launched.add((self.kdef.name, self.signature))

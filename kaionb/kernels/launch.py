@@ -37,7 +37,14 @@ import struct
 import threading
 
 from .. import _kernel_cache as kernel_cache
-from .._device import STATE, check_driver, compute_capability, current_device, current_stream
+from .._device import (
+    STATE,
+    check_driver,
+    compute_capability,
+    current_device,
+    current_stream,
+    shared_per_block_optin,
+)
 from .._toolchain import (
     CHECK_ARCHS,
     arch_name,
@@ -155,11 +162,20 @@ class CompiledKernel:
         check_driver(err, f"loading kernel {kdef.name}")
         err, self._function = driver.cuModuleGetFunction(self._module, entry.encode())
         check_driver(err, f"cuModuleGetFunction({kdef.name})")
+        attr = driver.CUfunction_attribute
+        err, static = driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                                self._function)
+        check_driver(err, f"reading {kdef.name}'s static shared memory")
+        # The dynamic shared memory a launch may pass: what the kernel asks for, capped by
+        # this device's opt-in limit (a kernel may ask for more than sm_89's 99 KiB and
+        # size its launches by this).
+        self.max_dynamic_shared = DEFAULT_MAX_DYNAMIC_SHARED - static
         if kdef.max_dynamic_shared_bytes > DEFAULT_MAX_DYNAMIC_SHARED:
+            self.max_dynamic_shared = min(kdef.max_dynamic_shared_bytes,
+                                          shared_per_block_optin() - static)
             (err,) = driver.cuFuncSetAttribute(
-                self._function,
-                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                kdef.max_dynamic_shared_bytes)
+                self._function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                self.max_dynamic_shared)
             check_driver(err, f"raising {kdef.name}'s dynamic shared memory limit")
 
         argtypes, _ = sigutils.normalize_signature(signature)

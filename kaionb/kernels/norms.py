@@ -59,6 +59,8 @@ from .._device import check_driver, multiprocessor_count
 from ..array import DeviceArray, empty
 from ..grad.record import active_tape
 from ..ptx_patches import (
+    cp_async_commit_group,
+    cp_async_wait_group,
     device_function,
     global_addr,
     ld_global_nc_v4_u32,
@@ -333,12 +335,13 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
     gradient g, the extra gradient ``gs`` added to dx (``has_gs``: add_rms_norm's g_s) and
     dx in g's dtype; ``dw_part`` / ``db_part`` [P, n] float32, row p this block's partial
     sums (db only for LayerNorm with ``has_bias``). Two kernels, each with its own
-    register budget: the register path (rows aligned, n % CH == 0, KC chunks per thread,
-    up to 1024 threads: 64 registers), and the streaming path (``streaming``, up to
-    WIDE_THREADS = 512 threads: 128 registers — in one kernel with the register path it
-    spilled 100-400 bytes on the half types): pass 1 takes the four shifted sums and
-    parks the first ``cache_chunks`` chunks of x and g in shared memory, pass 2 writes dx
-    and read-modify-writes the block's dw row."""
+    register budget: the staged path (rows aligned, n % CH == 0, KC chunks per thread,
+    up to 1024 threads: 64 registers; the row's x and g staged in shared memory by
+    cp.async, ``stages`` rows at a time (1 or 2), the dw accumulators in registers), and
+    the streaming path (``streaming``, up to WIDE_THREADS = 512 threads: 128 registers —
+    in one kernel with the staged path it spilled 100-400 bytes on the half types): pass
+    1 takes the four shifted sums and parks the first ``cache_chunks`` chunks of x and g
+    in shared memory, pass 2 writes dx and read-modify-writes the block's dw row."""
     LAYER_NORM = op == "layer_norm"
     CH = max(x_codec.vec, g_codec.vec)  # elements per chunk: one words4 of the narrower
     xio, gio = chunk_io(x_codec, CH), chunk_io(g_codec, CH)
@@ -346,14 +349,14 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
     # numba reads device functions from plain names, not attributes.
     x_load_aligned, x_load, x_unpack = xio.load_aligned, xio.load, xio.unpack
     x_to_shared, x_from_shared = xio.to_shared, xio.from_shared
-    g_load_aligned, g_load, g_unpack = gio.load_aligned, gio.load, gio.unpack
+    x_load_async, g_load_async = xio.load_async, gio.load_async
+    g_load, g_unpack = gio.load, gio.unpack
     g_to_shared, g_from_shared = gio.to_shared, gio.from_shared
     g_store_aligned, g_store = gio.store_aligned, gio.store
     g_add_aligned, g_add = gio.add_aligned, gio.add
     CW = XW + GW  # shared-memory words of one cached chunk (x, then g)
     KC = _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype) // CH
     E = KC * CH
-    REG_X, REG_G = KC * XW, KC * GW  # local-array sizes must be plain constants
     EB = E if LAYER_NORM else 1
     head_of, decode = x_codec.head, x_codec.decode
     reg_sums = block_sums(3 if LAYER_NORM else 2)
@@ -361,11 +364,12 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
     XS, GS = x_codec.storage, g_codec.storage
 
     @kernel([f"void({XS}[:, :], {GS}[:, :], {XS}[:, :], {GS}[:, :], {GS}[:, :], "
-             "float32[:, :], float32[:, :], int32, float32, int32, int32, int32)"],
-            name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES if streaming else 0,
-            launch_bounds=(WIDE_THREADS, 1) if streaming else MAX_THREADS)
+             "float32[:, :], float32[:, :], int32, float32, int32, int32, int32, int32)"],
+            name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES if streaming else
+            2 * MAX_THREADS * KC * CW * 4, launch_bounds=(WIDE_THREADS, 1) if streaming
+            else MAX_THREADS)
     def _norm_bwd_kernel(x, g, w, gs, dx, dw_part, db_part, n, eps, has_bias, has_gs,
-                         cache_chunks):
+                         cache_chunks, stages):
         scratch = cuda.shared.array(128, float32)
         cache = cuda.shared.array(0, uint32)
         sums = cuda.local.array(4, float32)
@@ -379,9 +383,9 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
         T = int32(cuda.blockDim.x)
         rows = int32(x.shape[0])
         inv_n = float32(1.0) / float32(n)
+        rx = cuda.local.array(XW, uint32)
+        rg = cuda.local.array(GW, uint32)
         if not streaming:
-            rx = cuda.local.array(REG_X, uint32)
-            rg = cuda.local.array(REG_G, uint32)
             aw = cuda.local.array(E, float32)
             ab = cuda.local.array(EB, float32)
             for j in range(E):
@@ -389,18 +393,39 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
             for j in range(EB):
                 ab[j] = float32(0.0)
             nc = n // CH
-            for r in range(p, rows, P):
+            stage_words = nc * CW
+            # Rows reach shared memory through cp.async, each thread copying and later
+            # reading only its own chunks (no barrier): with two stages the next row's
+            # copies are in flight while this one reduces and writes (one 1024-thread
+            # block per SM has nothing else to overlap them with).
+            if p < rows:
                 for k in range(KC):
                     v = t + k * T
                     if v < nc:
-                        x_load_aligned(x, r, v * CH, rx, k * XW)
-                        g_load_aligned(g, r, v * CH, rg, k * GW)
+                        x_load_async(x, p, v * CH, cache, v * CW)
+                        g_load_async(g, p, v * CH, cache, v * CW + XW)
+            cp_async_commit_group()
+            slot = int32(0)
+            for r in range(p, rows, P):
+                nxt = r + P
+                if stages == 2 and nxt < rows:
+                    at = (slot ^ 1) * stage_words
+                    for k in range(KC):
+                        v = t + k * T
+                        if v < nc:
+                            x_load_async(x, nxt, v * CH, cache, at + v * CW)
+                            g_load_async(g, nxt, v * CH, cache, at + v * CW + XW)
+                cp_async_commit_group()  # possibly empty: row r's group is the older one
+                cp_async_wait_group(1)
+                base = slot * stage_words
                 mean = float32(0.0)
                 if LAYER_NORM:
                     acc = float32(0.0)
                     for k in range(KC):
-                        if t + k * T < nc:
-                            x_unpack(rx, k * XW, fx)
+                        v = t + k * T
+                        if v < nc:
+                            x_from_shared(cache, base + v * CW, rx, 0)
+                            x_unpack(rx, 0, fx)
                             for j in range(CH):
                                 acc += fx[j]
                     mean = block_sum(acc, scratch) * inv_n
@@ -410,8 +435,10 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                 for k in range(KC):
                     v = t + k * T
                     if v < nc:
-                        x_unpack(rx, k * XW, fx)
-                        g_unpack(rg, k * GW, fg)
+                        x_from_shared(cache, base + v * CW, rx, 0)
+                        g_from_shared(cache, base + v * CW + XW, rg, 0)
+                        x_unpack(rx, 0, fx)
+                        g_unpack(rg, 0, fg)
                         x_load_aligned(w, 0, v * CH, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         for j in range(CH):
@@ -429,8 +456,10 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                     v = t + k * T
                     if v < nc:
                         e0 = v * CH
-                        x_unpack(rx, k * XW, fx)
-                        g_unpack(rg, k * GW, fg)
+                        x_from_shared(cache, base + v * CW, rx, 0)
+                        g_from_shared(cache, base + v * CW + XW, rg, 0)
+                        x_unpack(rx, 0, fx)
+                        g_unpack(rg, 0, fg)
                         x_load_aligned(w, 0, e0, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         # dw (db) first: then g is dead and its buffer takes dx (four
@@ -447,6 +476,15 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                         if has_gs:
                             g_add_aligned(gs, r, e0, fg)
                         g_store_aligned(dx, r, e0, fg)
+                if stages == 2:
+                    slot ^= 1
+                elif nxt < rows:  # one stage: the next row's copies once this one is read
+                    for k in range(KC):
+                        v = t + k * T
+                        if v < nc:
+                            x_load_async(x, nxt, v * CH, cache, v * CW)
+                            g_load_async(g, nxt, v * CH, cache, v * CW + XW)
+                    cp_async_commit_group()
             for k in range(KC):
                 v = t + k * T
                 if v < nc:
@@ -455,8 +493,6 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                         if LAYER_NORM and has_bias:
                             db_part[p, v * CH + j] = ab[k * CH + j]
             return
-        rx = cuda.local.array(XW, uint32)
-        rg = cuda.local.array(GW, uint32)
         for r in range(p, rows, P):
             head = head_of(x, r)
             nc = (head + n + CH - 1) // CH
@@ -735,8 +771,13 @@ def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx,
     threads, cache_chunks, smem = row_plan(CODECS[x.dtype], x2, g2, e2, dx2, w2, vec=ch,
                                            per_thread=per_thread, vec_bytes=chunk_bytes)
     plan = Plan.of(kdefs[cache_chunks >= 0], (1,), (threads,), smem)
+    stages = 1
+    if cache_chunks < 0:  # the staged path: two rows in shared memory where they fit
+        stage_bytes = n // ch * chunk_bytes
+        stages = 2 if 2 * stage_bytes <= plan.kernel.max_dynamic_shared else 1
+        plan = plan._replace(shared_mem=stages * stage_bytes)
     blocks = min(rows, multiprocessor_count(x.device_id)
-                 * _resident_blocks(plan.kernel, threads, smem))
+                 * _resident_blocks(plan.kernel, threads, plan.shared_mem))
     finals = (dw,) if db is None else (dw, db)
     if blocks == 1:
         parts = [d._view((1, n), (n * 4, 4)) for d in finals]
@@ -744,7 +785,7 @@ def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx,
         parts = [empty((blocks, n), F32) for _ in finals]
     plan._replace(grid=(blocks,)).launch(x2, g2, w2, e2, dx2, parts[0], parts[-1], n, eps,
                                          int(db is not None), int(grad_extra is not None),
-                                         cache_chunks)
+                                         cache_chunks, stages)
     if blocks > 1:
         for part, final in zip(parts, finals):
             reduce_fwd("sum", part, 0, out=final)

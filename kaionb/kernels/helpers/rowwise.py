@@ -30,6 +30,7 @@ from numba.cuda.extending import intrinsic
 from ...array import bfloat16
 from ...ptx_patches import (
     bf16x2_to_f32x2,
+    cp_async_cg_16,
     cvt_rn_bf16x2_f32,
     cvt_rn_f16x2_f32,
     device_function,
@@ -225,6 +226,9 @@ class ChunkIO:
       rounded to the storage dtype and written (``store`` skips elements outside [0, n)).
     - ``to_shared(raw, off, cache, at)`` / ``from_shared(cache, at, raw, off)``: the raw
       chunk to or from the uint32 shared array ``cache`` at word ``at`` (16-byte aligned).
+    - ``load_async(a, r, e0, cache, at)``: the chunk straight from global into ``cache`` at
+      word ``at`` through ``cp.async.cg`` (conditions of ``load_aligned``); the caller
+      commits and waits for the group (the issuing thread then sees the words).
     """
 
     def __init__(self, codec, ch):
@@ -304,7 +308,15 @@ class ChunkIO:
                 for i in range(4):
                     raw[off + 4 * q + i] = words[i]
 
+        @device_function
+        def load_async(a, r, e0, cache, at):
+            row = global_addr(a, (int64(r), int64(0)))
+            for q in range(Q):
+                cp_async_cg_16(shared_addr(cache, at + 4 * q),
+                               row + uint64(uint32((e0 + q * VEC) * ISZ)), uint32(16))
+
         self.load_aligned, self.load, self.unpack = load_aligned, load_any, unpack_chunk
+        self.load_async = load_async
         self.add_aligned, self.add = add_aligned, add_any
         self.store_aligned, self.store = store_aligned, store_any
         self.to_shared, self.from_shared = to_shared, from_shared
