@@ -505,6 +505,9 @@ def _rowwise_calls():
         for op in ("rms_norm_bwd", "layer_norm_bwd"):
             for path, n in _ROW_PATHS:
                 calls.append(Call(f"{op}/{pair}-{path}", _norm_bwd(op, dtype, grad_dtype, n)))
+            # Wider than one CTA holds: the row over a cluster of 8 CTAs.
+            calls.append(Call(f"{op}/{pair}-cluster", _norm_bwd(op, dtype, grad_dtype, 32768),
+                              sm90_or_newer))
         calls.append(Call(f"softmax_bwd/rows-{pair}", _softmax(dtype, (64, 256), -1, grad_dtype)))
         calls.append(Call(f"softmax_bwd/columns-vector-{pair}",
                           _softmax(dtype, (64, 24), 0, grad_dtype)))

@@ -128,12 +128,13 @@ def test_add_rms_norm_bwd_inputs():
 @pytest.fixture
 def planned(monkeypatch):
     """The backward's launches and partial-sum reductions, recorded instead of run: a GPU of
-    132 SMs with 2 resident blocks each (a wave of 264) and sm_90's 227 KiB of shared
-    memory a block (``calls.shared_limit``). The fast path's replays of these calls (which
+    132 SMs with 2 resident blocks each (a wave of 264), sm_90 (``calls.cc``) with its
+    227 KiB of shared memory a block (``calls.shared_limit``). The fast path's replays of these calls (which
     launched nothing) are dropped after."""
 
     class Calls(list):
         shared_limit = 227 * 1024
+        cc = (9, 0)
 
     calls = Calls()
 
@@ -143,12 +144,16 @@ def planned(monkeypatch):
             self.max_dynamic_shared = min(max(kdef.max_dynamic_shared_bytes, 48 * 1024),
                                           calls.shared_limit)
 
-        def __call__(self, grid, block, args, shared_mem=0):
+        def __call__(self, grid, block, args, shared_mem=0, cluster=None):
             calls.append((self.kdef.name, grid, block, shared_mem, args))
+
+        def max_active_clusters(self, cluster, block, shared_mem):
+            return 264 // cluster[0]
 
     monkeypatch.setattr(launch.KernelDef, "__getitem__", lambda kdef, sig: Compiled(kdef))
 
     monkeypatch.setattr(norms, "multiprocessor_count", lambda device=0: 132)
+    monkeypatch.setattr(norms, "compute_capability", lambda device=None: calls.cc)
     monkeypatch.setattr(norms, "_resident_blocks", lambda kernel, threads, shared: 2)
     monkeypatch.setattr(norms, "empty", lambda shape, dtype: fake(shape, dtype))
     monkeypatch.setattr(op, "empty", lambda shape, dtype: fake(shape, dtype))
@@ -168,11 +173,17 @@ def planned(monkeypatch):
      2 * 2048 * 32),
     (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 2,
      2 * 1024 * 48),
-    # Streaming: chunks of 8 (16 bytes of x, 32 of g) cached up to 96 KiB; 251 chunks of
-    # 4 float32 and one for a misaligned row.
-    (bfloat16, F32, 16384, "_rms_norm_bwd_kernel_wide_bfloat16_float32", 512, 2048, 1, 98304),
+    # Rows wider than one CTA holds: a cluster of 8 CTAs (sm_90), 1024 chunks of 8 each.
+    (bfloat16, F32, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_float32", 1024, -1, 2,
+     2 * 1024 * 48),
+    (bfloat16, bfloat16, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_bfloat16", 1024, -1,
+     2, 2 * 1024 * 32),
+    # Streaming: a misaligned row (251 chunks of 4 float32 and one for the ragged ends) and
+    # a row wider than 8 CTAs (chunks of 8: 16 bytes of x, 32 of g, cached up to 96 KiB).
     (F32, F32, 4096, "_rms_norm_bwd_kernel_float32_float32", 512, -1, 2, 2 * 1024 * 32),
     (F32, F32, 1001, "_rms_norm_bwd_kernel_wide_float32_float32", 256, 252, 1, 252 * 32),
+    (bfloat16, F32, 131072, "_rms_norm_bwd_kernel_wide_bfloat16_float32", 512, 2048, 1,
+     98304),
 ])
 def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, stages, shared):
     # Register rows up to 16 (halves) or 8 elements per thread; a wave of blocks, each
@@ -183,9 +194,11 @@ def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, stage
                        out=(dx, dw))
     assert got[0] is dx and got[1] is dw
     (name, grid, block, shared_mem, args), (_, part, final) = planned
+    # A wave of 264 blocks; with a cluster, 33 clusters of 8 (partials per cluster).
+    parts = 264 // 8 if "cluster" in kernel else 264
     assert (name, grid, block, shared_mem, args[-2:]) == (kernel, (264,), (threads,), shared,
                                                           (cache, stages))
-    assert args[5] is part and part.shape == (264, n) and part.dtype == F32 and final is dw
+    assert args[5] is part and part.shape == (parts, n) and part.dtype == F32 and final is dw
     assert args[7:11] == (n, 1e-6, 0, 0)  # n, eps, has_bias, has_gs
 
 
@@ -408,10 +421,11 @@ def test_add_rms_norm_bwd(dtypes, rows, n, with_grad_residual):
 
 @gpu
 @pytest.mark.parametrize("dtypes", GRAD_DTYPES, ids=_ids)
-@pytest.mark.parametrize("n", [4096, 8192, 8200, 16384, 16392, 40000])
+@pytest.mark.parametrize("n", [4096, 8192, 8200, 16384, 16392, 40000, 65536, 65544])
 def test_bwd_paths_and_large_magnitudes(dtypes, n):
-    # Both sides of every register/streaming split (8192 and 16384 elements), x of large
-    # magnitude (statistics in float32 must not lose it), many rows per block.
+    # Both sides of every split: one CTA / a cluster of 8 (8192 and 16384 elements), the
+    # cluster / streaming (65536), x of large magnitude (statistics in float32 must not
+    # lose it), many rows per block or cluster.
     x_dt, g_dt = dtypes
     scale = 1e4 if x_dt == F32 else 1e2
     rows = min(300, 2_000_000 // n)
@@ -465,10 +479,11 @@ def test_bwd_empty():
 
 
 @gpu
-@pytest.mark.parametrize("rows,n", [(16384, 4096), (4000, 1000), (64, 70000), (3, 40000)])
+@pytest.mark.parametrize("rows,n", [(16384, 4096), (4000, 1000), (64, 70000), (3, 40000),
+                                    (600, 32768)])
 def test_weight_gradients_deterministic(rows, n):
-    # Register and streaming kernels, many rows per block: dw and db bit-identical run to
-    # run (no float atomics; the partials are summed in a fixed order).
+    # Staged (one CTA, a cluster) and streaming kernels, many rows per block: dw and db
+    # bit-identical run to run (no float atomics; the partials are summed in a fixed order).
     x, g, w = _inputs(rows, n, bfloat16, F32, rows + n)
     b = random_array((n,), bfloat16, rng=np.random.default_rng(1))
     args = [kaionb.asarray(a) for a in (g, x, w, b)]

@@ -36,29 +36,37 @@ in registers anyway, so mean and rstd cost one more block reduction and no memor
 traffic, and the forward stays the same kernel whether a tape records or not. Kernels
 per (x dtype, gradient dtype) — the gradient in x's dtype or float32 (the tape's), dx in
 the gradient's — walk the row in chunks of the wider vector (8 elements for a float16 x
-with a float32 gradient: one 16-byte load of x, two of g). On the register path a thread
-holds 8 or 16 elements of x and g and its dw (db) accumulators (``_bwd_reg_elems``): rows
-up to 8192 or 16384 elements, one pass; other rows take the streaming kernel (the row
-read twice, the first 96 KiB of x and g parked in shared memory).
+with a float32 gradient: one 16-byte load of x, two of g). On the staged path a thread
+owns 8 or 16 elements of the row and their dw (db) accumulators (``_bwd_reg_elems``):
+x and g come into shared memory by cp.async, the next row's while this one is reduced
+and written (two rows staged where shared memory allows), so one pass over HBM for rows
+up to 8192 or 16384 elements in one CTA, and up to 65536 over a thread-block cluster of
+8 CTAs on sm_90 (the row sums reduced across the cluster through distributed shared
+memory). Other rows take the streaming kernel (the row read twice, the first 96 KiB of
+x and g parked in shared memory).
 
-Weight gradients are deterministic: the grid is one wave of P blocks, block p takes rows
-p, p + P, ... in order and keeps its partial dw in float32 (registers; on the streaming
-path a row of a [P, n] workspace that the block alone updates, barrier-separated); the
-P partials are then summed by the column reduction of kernels/reductions.py, whose order
-depends on the shape and the GPU only. No atomics: bit-identical run to run.
+Weight gradients are deterministic: the grid is one wave of P blocks (or clusters),
+block p takes rows p, p + P, ... in order and keeps its partial dw in float32
+(registers; on the streaming path a row of a [P, n] workspace that the block alone
+updates, barrier-separated); the P partials are then summed by the column reduction of
+kernels/reductions.py, whose order depends on the shape and the GPU only. No atomics:
+bit-identical run to run.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, int32, int64, uint32
 
-from .._device import check_driver, multiprocessor_count
+from .._device import check_driver, compute_capability, multiprocessor_count
 from ..array import DeviceArray, empty
 from ..grad.record import active_tape
 from ..ptx_patches import (
+    cluster_arrive,
+    cluster_wait,
     cp_async_commit_group,
     cp_async_wait_group,
     device_function,
@@ -81,14 +89,16 @@ from ..validation import (
     fail,
 )
 from .helpers import block_sum
-from .helpers.reduce import block_sums
+from .helpers.reduce import block_sums, cluster_sums
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
+    MAX_CLUSTER,
     MAX_THREADS,
     WIDE_CACHE_BYTES,
     WIDE_THREADS,
     chunk_io,
+    cluster_row_plan,
     row_plan,
     rows_view,
 )
@@ -99,15 +109,16 @@ from .reductions import reduce_fwd
 F32 = np.dtype(np.float32)
 
 
-def _bwd_reg_elems(op, x_dtype, g_dtype):
-    """Elements per thread (of x, g and the dw accumulators) on the backward's register
+def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
+    """Elements per thread (of x, g and the dw accumulators) on the backward's staged
     path: the most that assemble without spills under the 64-register cap of 1024
     threads on sm_80, sm_89 and sm_90a. 16 (rows up to 16384) for RMSNorm with x and g
-    both half types (8 + 8 registers of data, 16 of dw); 8 (rows up to 8192) for a float32
-    x or g (16 spilled 20 bytes on sm_90a with a float32 g, 72-80 with a float32 x) and
-    for LayerNorm, which also keeps db (16 spilled 56-236 bytes)."""
+    both half types (16 registers of dw); 8 (rows up to 8192) for a float32 x or g (16
+    spilled 20 bytes on sm_90a with a float32 g, 72-80 with a float32 x), for LayerNorm,
+    which also keeps db (16 spilled 56-236 bytes), and in a cluster (16 spilled 4 bytes:
+    the cluster's offsets and slots take registers)."""
     halves = x_dtype != F32 and g_dtype != F32
-    return 16 if op == "rms_norm" and halves else 8
+    return 16 if op == "rms_norm" and halves and cluster == 1 else 8
 
 
 # -- forward ---------------------------------------------------------------------------------
@@ -330,7 +341,7 @@ _KERNELS = {(op, dt): _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_{dt.name}"
 
 # -- backward --------------------------------------------------------------------------------
 
-def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
+def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     """Rows p, p + P, ... of block p (P = gridDim.x). Arrays: x and w in x's dtype; the
     gradient g, the extra gradient ``gs`` added to dx (``has_gs``: add_rms_norm's g_s) and
     dx in g's dtype; ``dw_part`` / ``db_part`` [P, n] float32, row p this block's partial
@@ -341,8 +352,13 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
     the streaming path (``streaming``, up to WIDE_THREADS = 512 threads: 128 registers —
     in one kernel with the staged path it spilled 100-400 bytes on the half types): pass
     1 takes the four shifted sums and parks the first ``cache_chunks`` chunks of x and g
-    in shared memory, pass 2 writes dx and read-modify-writes the block's dw row."""
+    in shared memory, pass 2 writes dx and read-modify-writes the block's dw row.
+
+    ``cluster`` > 1 (sm_90, staged path): a row too wide for one block is split over the
+    ``cluster`` CTAs of a thread-block cluster, rank k taking the k-th run of chunks; p
+    and P count clusters, and the row sums are reduced over the cluster (cluster_sums)."""
     LAYER_NORM = op == "layer_norm"
+    CLUSTER = cluster
     CH = max(x_codec.vec, g_codec.vec)  # elements per chunk: one words4 of the narrower
     xio, gio = chunk_io(x_codec, CH), chunk_io(g_codec, CH)
     XW, GW = xio.words, gio.words
@@ -355,22 +371,36 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
     g_store_aligned, g_store = gio.store_aligned, gio.store
     g_add_aligned, g_add = gio.add_aligned, gio.add
     CW = XW + GW  # shared-memory words of one cached chunk (x, then g)
-    KC = _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype) // CH
+    KC = _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype, cluster) // CH
     E = KC * CH
     EB = E if LAYER_NORM else 1
     head_of, decode = x_codec.head, x_codec.decode
-    reg_sums = block_sums(3 if LAYER_NORM else 2)
+    row_sums = cluster_sums(3 if LAYER_NORM else 2, CLUSTER)
+    row_sum = cluster_sums(1, CLUSTER)
     stream_sums = block_sums(4 if LAYER_NORM else 2)
     XS, GS = x_codec.storage, g_codec.storage
+
+    @device_function
+    def stage_row(x, g, r, c0, nc, cache, at):
+        """cp.async this thread's chunks of row r (chunks c0 + v, v < nc) to ``at``."""
+        t = int32(cuda.threadIdx.x)
+        T = int32(cuda.blockDim.x)
+        for k in range(KC):
+            v = t + k * T
+            if v < nc:
+                e0 = (c0 + v) * CH
+                x_load_async(x, r, e0, cache, at + v * CW)
+                g_load_async(g, r, e0, cache, at + v * CW + XW)
 
     @kernel([f"void({XS}[:, :], {GS}[:, :], {XS}[:, :], {GS}[:, :], {GS}[:, :], "
              "float32[:, :], float32[:, :], int32, float32, int32, int32, int32, int32)"],
             name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES if streaming else
             2 * MAX_THREADS * KC * CW * 4, launch_bounds=(WIDE_THREADS, 1) if streaming
-            else MAX_THREADS)
+            else MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0))
     def _norm_bwd_kernel(x, g, w, gs, dx, dw_part, db_part, n, eps, has_bias, has_gs,
                          cache_chunks, stages):
         scratch = cuda.shared.array(128, float32)
+        slots = cuda.shared.array(8, float32)  # two sets of cluster_sums slots
         cache = cuda.shared.array(0, uint32)
         sums = cuda.local.array(4, float32)
         fx = cuda.local.array(CH, float32)
@@ -392,43 +422,44 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                 aw[j] = float32(0.0)
             for j in range(EB):
                 ab[j] = float32(0.0)
+            # This CTA's chunks of each row: [c0, c0 + nc) (the whole row without a
+            # cluster); p and P count clusters.
             nc = n // CH
-            stage_words = nc * CW
+            per_cta = int32((nc + CLUSTER - 1) // CLUSTER)
+            c0 = int32(p % CLUSTER) * per_cta
+            nc = min(per_cta, nc - c0)
+            p = int32(p // CLUSTER)
+            P = int32(P // CLUSTER)
+            stage_words = per_cta * CW
+            red_at = int32(0)  # cluster_sums' slots: sets 0 and 4 by turns
             # Rows reach shared memory through cp.async, each thread copying and later
             # reading only its own chunks (no barrier): with two stages the next row's
             # copies are in flight while this one reduces and writes (one 1024-thread
             # block per SM has nothing else to overlap them with).
             if p < rows:
-                for k in range(KC):
-                    v = t + k * T
-                    if v < nc:
-                        x_load_async(x, p, v * CH, cache, v * CW)
-                        g_load_async(g, p, v * CH, cache, v * CW + XW)
+                stage_row(x, g, p, c0, nc, cache, 0)
             cp_async_commit_group()
             slot = int32(0)
             for r in range(p, rows, P):
                 nxt = r + P
                 if stages == 2 and nxt < rows:
-                    at = (slot ^ 1) * stage_words
-                    for k in range(KC):
-                        v = t + k * T
-                        if v < nc:
-                            x_load_async(x, nxt, v * CH, cache, at + v * CW)
-                            g_load_async(g, nxt, v * CH, cache, at + v * CW + XW)
+                    stage_row(x, g, nxt, c0, nc, cache, (slot ^ 1) * stage_words)
                 cp_async_commit_group()  # possibly empty: row r's group is the older one
                 cp_async_wait_group(1)
                 base = slot * stage_words
                 mean = float32(0.0)
                 if LAYER_NORM:
-                    acc = float32(0.0)
+                    sums[0] = float32(0.0)
                     for k in range(KC):
                         v = t + k * T
                         if v < nc:
                             x_from_shared(cache, base + v * CW, rx, 0)
                             x_unpack(rx, 0, fx)
                             for j in range(CH):
-                                acc += fx[j]
-                    mean = block_sum(acc, scratch) * inv_n
+                                sums[0] += fx[j]
+                    row_sum(sums, scratch, slots, red_at)
+                    red_at ^= 4
+                    mean = sums[0] * inv_n
                 # Σ (x − mean)², Σ dy·(x − mean), Σ dy over the row, one barrier round.
                 for i in range(3):
                     sums[i] = float32(0.0)
@@ -439,7 +470,7 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                         g_from_shared(cache, base + v * CW + XW, rg, 0)
                         x_unpack(rx, 0, fx)
                         g_unpack(rg, 0, fg)
-                        x_load_aligned(w, 0, v * CH, rwt, 0)
+                        x_load_aligned(w, 0, (c0 + v) * CH, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         for j in range(CH):
                             d = fx[j] - mean
@@ -448,14 +479,15 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                             sums[1] += dy * d
                             if LAYER_NORM:
                                 sums[2] += dy
-                reg_sums(sums, scratch)
+                row_sums(sums, scratch, slots, red_at)
+                red_at ^= 4
                 rstd = rsqrt_approx_f32(sums[0] * inv_n + eps)
                 c1 = sums[1] * inv_n * rstd  # mean(dy · x̂)
                 c2 = sums[2] * inv_n if LAYER_NORM else float32(0.0)  # mean(dy)
                 for k in range(KC):
                     v = t + k * T
                     if v < nc:
-                        e0 = v * CH
+                        e0 = (c0 + v) * CH
                         x_from_shared(cache, base + v * CW, rx, 0)
                         g_from_shared(cache, base + v * CW + XW, rg, 0)
                         x_unpack(rx, 0, fx)
@@ -479,19 +511,19 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
                 if stages == 2:
                     slot ^= 1
                 elif nxt < rows:  # one stage: the next row's copies once this one is read
-                    for k in range(KC):
-                        v = t + k * T
-                        if v < nc:
-                            x_load_async(x, nxt, v * CH, cache, v * CW)
-                            g_load_async(g, nxt, v * CH, cache, v * CW + XW)
+                    stage_row(x, g, nxt, c0, nc, cache, 0)
                     cp_async_commit_group()
             for k in range(KC):
                 v = t + k * T
                 if v < nc:
                     for j in range(CH):
-                        dw_part[p, v * CH + j] = aw[k * CH + j]
+                        e = (c0 + v) * CH + j
+                        dw_part[p, e] = aw[k * CH + j]
                         if LAYER_NORM and has_bias:
-                            db_part[p, v * CH + j] = ab[k * CH + j]
+                            db_part[p, e] = ab[k * CH + j]
+            if CLUSTER > 1:  # no CTA leaves while another may read its slots
+                cluster_arrive()
+                cluster_wait()
             return
         for r in range(p, rows, P):
             head = head_of(x, r)
@@ -573,22 +605,36 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming):
     return _norm_bwd_kernel
 
 
+class _BwdKernels(NamedTuple):
+    staged: dict  # cluster size (1: no cluster) -> the staged kernel
+    streaming: object
+    ch: int  # elements per chunk
+    per_thread: int  # chunks a thread holds on the staged path
+    cluster_per_thread: int  # ... and in a cluster
+    chunk_bytes: int  # shared bytes of one staged chunk (x and g)
+
+
 def _bwd_variants():
-    """(op, x dtype, gradient dtype) -> ((register kernel, streaming kernel), chunk
-    elements, chunks per thread on the register path, shared bytes per cached chunk).
-    Gradients come in x's dtype or float32 (what the tape passes)."""
+    """(op, x dtype, gradient dtype) -> :class:`_BwdKernels`. Gradients come in x's dtype
+    or float32 (what the tape passes)."""
     variants = {}
     for op in ("rms_norm", "layer_norm"):
         for x_dt, x_codec in CODECS.items():
             for g_dt in dict.fromkeys((x_dt, F32)):
                 g_codec = CODECS[g_dt]
                 ch = max(x_codec.vec, g_codec.vec)
-                kdefs = tuple(_make_norm_bwd_kernel(
-                    op, x_codec, g_codec, f"_{op}_bwd_kernel{path}_{x_dt.name}_{g_dt.name}",
-                    path == "_wide") for path in ("", "_wide"))
+                suffix = f"{x_dt.name}_{g_dt.name}"
+                # A row too wide for one CTA takes MAX_CLUSTER CTAs (cluster_row_plan
+                # wants at most PREFERRED_THREADS threads a CTA).
+                staged = {size: _make_norm_bwd_kernel(
+                    op, x_codec, g_codec, f"_{op}_bwd_kernel{f'_cluster{size}' * (size > 1)}"
+                    f"_{suffix}", False, size) for size in (1, MAX_CLUSTER)}
+                streaming = _make_norm_bwd_kernel(op, x_codec, g_codec,
+                                                  f"_{op}_bwd_kernel_wide_{suffix}", True)
                 words = chunk_io(x_codec, ch).words + chunk_io(g_codec, ch).words
-                variants[op, x_dt, g_dt] = (kdefs, ch, _bwd_reg_elems(op, x_dt, g_dt) // ch,
-                                            4 * words)
+                variants[op, x_dt, g_dt] = _BwdKernels(
+                    staged, streaming, ch, _bwd_reg_elems(op, x_dt, g_dt) // ch,
+                    _bwd_reg_elems(op, x_dt, g_dt, MAX_CLUSTER) // ch, 4 * words)
     return variants
 
 
@@ -756,6 +802,26 @@ def _norm_bwd(op, kernel_op, names, grad, x, weight, bias, grad_extra, eps, out)
                out=result)
 
 
+def _norm_bwd_plan(ks, x_dtype, rows, n, views):
+    """(plan without its grid, cluster size, stages): the staged kernel where the row's
+    chunks fit one CTA — or, on sm_90, a cluster of up to MAX_CLUSTER CTAs — with two rows
+    staged where the shared memory allows; else the streaming kernel."""
+    codec = CODECS[x_dtype]
+    threads, cache_chunks, smem = row_plan(codec, *views, vec=ks.ch, per_thread=ks.per_thread,
+                                           vec_bytes=ks.chunk_bytes)
+    size = 1
+    if cache_chunks >= 0 and compute_capability() >= (9, 0) and row_plan(
+            codec, *views, vec=ks.ch, per_thread=ks.cluster_per_thread * MAX_CLUSTER)[1] < 0:
+        size, threads = cluster_row_plan(n // ks.ch, ks.cluster_per_thread)
+    elif cache_chunks >= 0:
+        return Plan.of(ks.streaming, (1,), (threads,), smem), 1, 1
+    plan = Plan.of(ks.staged[size], (1,), (threads,),
+                   cluster=(size, 1, 1) if size > 1 else None)
+    stage_bytes = -(-(n // ks.ch) // size) * ks.chunk_bytes
+    stages = 2 if 2 * stage_bytes <= plan.kernel.max_dynamic_shared else 1
+    return plan._replace(shared_mem=stages * stage_bytes), size, stages
+
+
 def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx, dw, db=None):
     """One wave of blocks, each over a fixed set of rows with its partial dw (db) in a row
     of a [P, n] workspace (the outputs themselves when P = 1); then the P partials summed
@@ -767,25 +833,23 @@ def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx,
     e2 = g2 if grad_extra is None else rows_view(op, extra_name, grad_extra)
     rows, n = x2.shape
     w2 = _weight_row(weight, n)
-    kdefs, ch, per_thread, chunk_bytes = _BWD_KERNELS[kernel_op, x.dtype, grad.dtype]
-    threads, cache_chunks, smem = row_plan(CODECS[x.dtype], x2, g2, e2, dx2, w2, vec=ch,
-                                           per_thread=per_thread, vec_bytes=chunk_bytes)
-    plan = Plan.of(kdefs[cache_chunks >= 0], (1,), (threads,), smem)
-    stages = 1
-    if cache_chunks < 0:  # the staged path: two rows in shared memory where they fit
-        stage_bytes = n // ch * chunk_bytes
-        stages = 2 if 2 * stage_bytes <= plan.kernel.max_dynamic_shared else 1
-        plan = plan._replace(shared_mem=stages * stage_bytes)
-    blocks = min(rows, multiprocessor_count(x.device_id)
-                 * _resident_blocks(plan.kernel, threads, plan.shared_mem))
+    ks = _BWD_KERNELS[kernel_op, x.dtype, grad.dtype]
+    plan, size, stages = _norm_bwd_plan(ks, x.dtype, rows, n, (x2, g2, e2, dx2, w2))
+    if size > 1:
+        blocks = min(rows, plan.kernel.max_active_clusters(plan.cluster, plan.block,
+                                                           plan.shared_mem))
+    else:
+        blocks = min(rows, multiprocessor_count(x.device_id)
+                     * _resident_blocks(plan.kernel, plan.block[0], plan.shared_mem))
     finals = (dw,) if db is None else (dw, db)
     if blocks == 1:
         parts = [d._view((1, n), (n * 4, 4)) for d in finals]
     else:
         parts = [empty((blocks, n), F32) for _ in finals]
-    plan._replace(grid=(blocks,)).launch(x2, g2, w2, e2, dx2, parts[0], parts[-1], n, eps,
-                                         int(db is not None), int(grad_extra is not None),
-                                         cache_chunks, stages)
+    cache_chunks = plan.shared_mem // ks.chunk_bytes if plan.kernel.kdef is ks.streaming else -1
+    plan._replace(grid=(blocks * size,)).launch(
+        x2, g2, w2, e2, dx2, parts[0], parts[-1], n, eps, int(db is not None),
+        int(grad_extra is not None), cache_chunks, stages)
     if blocks > 1:
         for part, final in zip(parts, finals):
             reduce_fwd("sum", part, 0, out=final)

@@ -1,6 +1,7 @@
 """Device helpers every kaionb kernel is written against (see docs/writing-kernels.md).
 
-- :mod:`.reduce`     warp_sum, warp_max, block_sum, block_max, cluster_reducers (sm_90)
+- :mod:`.reduce`     warp_sum, warp_max, block_sum, block_max, block_sums;
+                     cluster_reducers and cluster_sums (sm_90)
 - :mod:`.fragments`  mma.sync fragment maps and ldmatrix lane addressing
 - :mod:`.tiles`      swizzled shared tiles and the cp.async tile loader
 - :mod:`.epilogue`   f32 accumulators (fragments or a staged shared tile) -> f16 / bf16 /

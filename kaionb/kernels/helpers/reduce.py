@@ -21,7 +21,9 @@ per warp row) keep separate results.
 Cluster level (sm_90, :func:`cluster_reducers`): each CTA reduces its block, thread 0
 parks the result in a shared ``slots[k]``, a cluster barrier publishes it, and every
 thread reads all CTAs' slots through distributed shared memory and combines them in rank
-order — the same order in every CTA, so all get the same bits.
+order — the same order in every CTA, so all get the same bits. :func:`cluster_sums` does
+that for several sums with one barrier, and alternates slots so a kernel can reduce row
+after row.
 
 Plain numba, but the CUDA simulator has no warp shuffles: under
 ``NUMBA_ENABLE_CUDASIM=1`` they raise AttributeError (``shfl_xor_sync``).
@@ -246,6 +248,38 @@ def cluster_reducers(size):
         return total
 
     return cluster_sum, cluster_max
+
+
+@functools.cache
+def cluster_sums(count, size):
+    """Device function ``(values, scratch, slots, at)``: :func:`block_sums` of ``count``
+    values in place, then (``size`` > 1, sm_90) their sums over the ``size`` CTAs of the
+    cluster — thread 0 parks the block's sums in ``slots[at:at + count]`` (shared
+    float32), one cluster barrier, every thread adds all CTAs' slots in rank order (the
+    same bits in every CTA). Consecutive reductions must alternate between two sets of
+    slots: a CTA writes reduction j + 2's slots only after the barrier of j + 1, which no
+    CTA passes before it has read j's. With ``size`` = 1 it is block_sums (``slots`` and
+    ``at`` unused). The kernel ends as for :func:`cluster_reducers`."""
+    block = block_sums(count)
+    CLUSTER = size
+
+    @device_function
+    def cluster_sums_n(values, scratch, slots, at):
+        block(values, scratch)
+        if CLUSTER > 1:
+            if cuda.threadIdx.x == 0:
+                for k in range(count):
+                    slots[at + k] = values[k]
+            cluster_arrive()
+            cluster_wait()
+            for k in range(count):
+                addr = shared_addr(slots, at + k)
+                total = ld_shared_cluster_f32(addr, uint32(0))
+                for rank in range(1, CLUSTER):
+                    total += ld_shared_cluster_f32(addr, uint32(rank))
+                values[k] = total
+
+    return cluster_sums_n
 
 
 @functools.cache
