@@ -165,14 +165,14 @@ def planned(monkeypatch):
 
 
 @pytest.mark.parametrize("x_dt,g_dt,n,kernel,threads,cache,stages,shared", [
-    # The staged path: x and g of 1 or 2 rows in shared memory, chunks of 8 bf16 (16 + 16
-    # bytes), or 8 with a float32 g (16 + 32), or 4 float32 (16 + 16).
-    (bfloat16, bfloat16, 4096, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 256, -1, 2,
-     2 * 512 * 32),
-    (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 1024, -1, 2,
-     2 * 2048 * 32),
-    (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 2,
-     2 * 1024 * 48),
+    # The staged path: x and g of one row in shared memory (two for LayerNorm and in
+    # clusters), chunks of 8 bf16 (16 + 16 bytes), or 8 with a float32 g (16 + 32), or 4
+    # float32 (16 + 16).
+    (bfloat16, bfloat16, 4096, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 256, -1, 1,
+     512 * 32),
+    (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 1024, -1, 1,
+     2048 * 32),
+    (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 1, 1024 * 48),
     # Rows wider than one CTA holds: a cluster of 8 CTAs (sm_90), 1024 chunks of 8 each.
     (bfloat16, F32, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_float32", 1024, -1, 2,
      2 * 1024 * 48),
@@ -180,7 +180,7 @@ def planned(monkeypatch):
      2, 2 * 1024 * 32),
     # Streaming: a misaligned row (251 chunks of 4 float32 and one for the ragged ends) and
     # a row wider than 8 CTAs (chunks of 8: 16 bytes of x, 32 of g, cached up to 96 KiB).
-    (F32, F32, 4096, "_rms_norm_bwd_kernel_float32_float32", 512, -1, 2, 2 * 1024 * 32),
+    (F32, F32, 4096, "_rms_norm_bwd_kernel_float32_float32", 512, -1, 1, 1024 * 32),
     (F32, F32, 1001, "_rms_norm_bwd_kernel_wide_float32_float32", 256, 252, 1, 252 * 32),
     (bfloat16, F32, 131072, "_rms_norm_bwd_kernel_wide_bfloat16_float32", 512, 2048, 1,
      98304),
@@ -203,13 +203,26 @@ def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, stage
 
 
 def test_norm_bwd_one_stage_where_two_do_not_fit(planned):
-    # sm_89 lets a block opt in to 99 KiB: two rows of 16384 bf16 x and g (128 KiB) don't
-    # fit, so one row is staged at a time.
-    planned.shared_limit = 99 * 1024
-    n = 16384
-    rms_norm_bwd(fake((1000, n), bfloat16), fake((1000, n), bfloat16), fake((n,), bfloat16))
-    (_, _, _, shared_mem, args), _ = planned
-    assert (shared_mem, args[-1]) == (2048 * 32, 1)
+    # LayerNorm stages two rows where they fit: 2 × 64 KiB of float32 x and g at n = 8192
+    # on sm_90, one on sm_89, which lets a block opt in to 99 KiB.
+    n = 8192
+    for limit, stages in ((227 * 1024, 2), (99 * 1024, 1)):
+        planned.shared_limit = limit
+        layer_norm_bwd(fake((1000, n)), fake((1000, n)), fake((n,)))
+        (name, _, _, shared_mem, args), *_ = planned
+        assert (name, shared_mem, args[-1]) == ("_layer_norm_bwd_kernel_float32_float32",
+                                                 stages * 2048 * 32, stages)
+        planned.clear()
+
+
+def test_norm_bwd_no_cluster_before_sm_90(planned):
+    # A row a cluster would hold streams on sm_89: 96 KiB of x and g parked, 3072 chunks.
+    planned.cc = (8, 9)
+    n = 65536
+    layer_norm_bwd(fake((1000, n), np.float16), fake((1000, n), np.float16),
+                   fake((n,), np.float16))
+    (name, grid, block, shared_mem, args), *_ = planned
+    assert name == "_layer_norm_bwd_kernel_wide_float16_float16" and args[-2:] == (3072, 1)
 
 
 def test_layer_norm_and_add_bwd_flags(planned):

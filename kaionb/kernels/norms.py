@@ -347,8 +347,9 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     dx in g's dtype; ``dw_part`` / ``db_part`` [P, n] float32, row p this block's partial
     sums (db only for LayerNorm with ``has_bias``). Two kernels, each with its own
     register budget: the staged path (rows aligned, n % CH == 0, KC chunks per thread,
-    up to 1024 threads: 64 registers; the row's x and g staged in shared memory by
-    cp.async, ``stages`` rows at a time (1 or 2), the dw accumulators in registers), and
+    up to 1024 threads: 64 registers; x and g come by cp.async into shared memory,
+    ``stages`` rows at a time (1 or 2), and from there into registers, where each row is
+    reduced and differentiated beside the dw accumulators), and
     the streaming path (``streaming``, up to WIDE_THREADS = 512 threads: 128 registers —
     in one kernel with the staged path it spilled 100-400 bytes on the half types): pass
     1 takes the four shifted sums and parks the first ``cache_chunks`` chunks of x and g
@@ -373,6 +374,7 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     CW = XW + GW  # shared-memory words of one cached chunk (x, then g)
     KC = _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype, cluster) // CH
     E = KC * CH
+    REG_X, REG_G = KC * XW, KC * GW  # local-array sizes must be plain constants
     EB = E if LAYER_NORM else 1
     head_of, decode = x_codec.head, x_codec.decode
     row_sums = cluster_sums(3 if LAYER_NORM else 2, CLUSTER)
@@ -381,16 +383,17 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     XS, GS = x_codec.storage, g_codec.storage
 
     @device_function
-    def stage_row(x, g, r, c0, nc, cache, at):
-        """cp.async this thread's chunks of row r (chunks c0 + v, v < nc) to ``at``."""
+    def stage_row(x, g, r, c0, nc, cache, at, g_at):
+        """cp.async this thread's chunks of row r (chunks c0 + v, v < nc) to the stage at
+        word ``at``: x chunk v at ``at + v·XW``, g chunk v at ``at + g_at + v·GW``."""
         t = int32(cuda.threadIdx.x)
         T = int32(cuda.blockDim.x)
         for k in range(KC):
             v = t + k * T
             if v < nc:
                 e0 = (c0 + v) * CH
-                x_load_async(x, r, e0, cache, at + v * CW)
-                g_load_async(g, r, e0, cache, at + v * CW + XW)
+                x_load_async(x, r, e0, cache, at + v * XW)
+                g_load_async(g, r, e0, cache, at + g_at + v * GW)
 
     @kernel([f"void({XS}[:, :], {GS}[:, :], {XS}[:, :], {GS}[:, :], {GS}[:, :], "
              "float32[:, :], float32[:, :], int32, float32, int32, int32, int32, int32)"],
@@ -413,9 +416,9 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
         T = int32(cuda.blockDim.x)
         rows = int32(x.shape[0])
         inv_n = float32(1.0) / float32(n)
-        rx = cuda.local.array(XW, uint32)
-        rg = cuda.local.array(GW, uint32)
         if not streaming:
+            rx = cuda.local.array(REG_X, uint32)
+            rg = cuda.local.array(REG_G, uint32)
             aw = cuda.local.array(E, float32)
             ab = cuda.local.array(EB, float32)
             for j in range(E):
@@ -430,31 +433,40 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
             nc = min(per_cta, nc - c0)
             p = int32(p // CLUSTER)
             P = int32(P // CLUSTER)
-            stage_words = per_cta * CW
+            # A stage: the CTA's x chunks, then its g chunks (each thread's 16-byte words
+            # side by side: no bank conflicts).
+            g_at = per_cta * XW
+            stage_words = per_cta * (XW + GW)
             red_at = int32(0)  # cluster_sums' slots: sets 0 and 4 by turns
-            # Rows reach shared memory through cp.async, each thread copying and later
-            # reading only its own chunks (no barrier): with two stages the next row's
-            # copies are in flight while this one reduces and writes (one 1024-thread
-            # block per SM has nothing else to overlap them with).
+            # Rows reach shared memory by cp.async, each thread copying, then reading into
+            # its registers, only its own chunks; the next row's copies are in flight while
+            # this row is reduced and written (one 1024-thread block per SM has nothing
+            # else to overlap them with). Two stages: issued as the row starts; one: once
+            # the row's first barrier has ordered this thread's reads of the stage.
             if p < rows:
-                stage_row(x, g, p, c0, nc, cache, 0)
+                stage_row(x, g, p, c0, nc, cache, 0, g_at)
             cp_async_commit_group()
             slot = int32(0)
             for r in range(p, rows, P):
                 nxt = r + P
                 if stages == 2 and nxt < rows:
-                    stage_row(x, g, nxt, c0, nc, cache, (slot ^ 1) * stage_words)
+                    stage_row(x, g, nxt, c0, nc, cache, (slot ^ 1) * stage_words, g_at)
                 cp_async_commit_group()  # possibly empty: row r's group is the older one
                 cp_async_wait_group(1)
                 base = slot * stage_words
+                for k in range(KC):
+                    v = t + k * T
+                    if v < nc:
+                        x_from_shared(cache, base + v * XW, rx, k * XW)
+                        g_from_shared(cache, base + g_at + v * GW, rg, k * GW)
+                if stages == 2:
+                    slot ^= 1
                 mean = float32(0.0)
                 if LAYER_NORM:
                     sums[0] = float32(0.0)
                     for k in range(KC):
-                        v = t + k * T
-                        if v < nc:
-                            x_from_shared(cache, base + v * CW, rx, 0)
-                            x_unpack(rx, 0, fx)
+                        if t + k * T < nc:
+                            x_unpack(rx, k * XW, fx)
                             for j in range(CH):
                                 sums[0] += fx[j]
                     row_sum(sums, scratch, slots, red_at)
@@ -466,10 +478,8 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 for k in range(KC):
                     v = t + k * T
                     if v < nc:
-                        x_from_shared(cache, base + v * CW, rx, 0)
-                        g_from_shared(cache, base + v * CW + XW, rg, 0)
-                        x_unpack(rx, 0, fx)
-                        g_unpack(rg, 0, fg)
+                        x_unpack(rx, k * XW, fx)
+                        g_unpack(rg, k * GW, fg)
                         x_load_aligned(w, 0, (c0 + v) * CH, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         for j in range(CH):
@@ -481,6 +491,9 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                                 sums[2] += dy
                 row_sums(sums, scratch, slots, red_at)
                 red_at ^= 4
+                if stages == 1 and nxt < rows:
+                    stage_row(x, g, nxt, c0, nc, cache, 0, g_at)
+                    cp_async_commit_group()
                 rstd = rsqrt_approx_f32(sums[0] * inv_n + eps)
                 c1 = sums[1] * inv_n * rstd  # mean(dy · x̂)
                 c2 = sums[2] * inv_n if LAYER_NORM else float32(0.0)  # mean(dy)
@@ -488,10 +501,8 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                     v = t + k * T
                     if v < nc:
                         e0 = (c0 + v) * CH
-                        x_from_shared(cache, base + v * CW, rx, 0)
-                        g_from_shared(cache, base + v * CW + XW, rg, 0)
-                        x_unpack(rx, 0, fx)
-                        g_unpack(rg, 0, fg)
+                        x_unpack(rx, k * XW, fx)
+                        g_unpack(rg, k * GW, fg)
                         x_load_aligned(w, 0, e0, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         # dw (db) first: then g is dead and its buffer takes dx (four
@@ -508,11 +519,6 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                         if has_gs:
                             g_add_aligned(gs, r, e0, fg)
                         g_store_aligned(dx, r, e0, fg)
-                if stages == 2:
-                    slot ^= 1
-                elif nxt < rows:  # one stage: the next row's copies once this one is read
-                    stage_row(x, g, nxt, c0, nc, cache, 0)
-                    cp_async_commit_group()
             for k in range(KC):
                 v = t + k * T
                 if v < nc:
@@ -525,6 +531,8 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 cluster_arrive()
                 cluster_wait()
             return
+        rx = cuda.local.array(XW, uint32)
+        rg = cuda.local.array(GW, uint32)
         for r in range(p, rows, P):
             head = head_of(x, r)
             nc = (head + n + CH - 1) // CH
@@ -802,7 +810,7 @@ def _norm_bwd(op, kernel_op, names, grad, x, weight, bias, grad_extra, eps, out)
                out=result)
 
 
-def _norm_bwd_plan(ks, x_dtype, rows, n, views):
+def _norm_bwd_plan(ks, op, x_dtype, rows, n, views):
     """(plan without its grid, cluster size, stages): the staged kernel where the row's
     chunks fit one CTA — or, on sm_90, a cluster of up to MAX_CLUSTER CTAs — with two rows
     staged where the shared memory allows; else the streaming kernel."""
@@ -818,7 +826,11 @@ def _norm_bwd_plan(ks, x_dtype, rows, n, views):
     plan = Plan.of(ks.staged[size], (1,), (threads,),
                    cluster=(size, 1, 1) if size > 1 else None)
     stage_bytes = -(-(n // ks.ch) // size) * ks.chunk_bytes
-    stages = 2 if 2 * stage_bytes <= plan.kernel.max_dynamic_shared else 1
+    # Two stages where they fit, but one for RMSNorm in one CTA. H100, [16384, 8192], µs
+    # with one / two: rms_norm f16 343 / 360, f32 601 / 654; layer_norm f16 392 / 361,
+    # f32 676 / 662; at [2048, 65536] (clusters) two won everywhere (rms_norm f32 914 / 795).
+    stages = 2 if 2 * stage_bytes <= plan.kernel.max_dynamic_shared and (
+        op == "layer_norm" or size > 1) else 1
     return plan._replace(shared_mem=stages * stage_bytes), size, stages
 
 
@@ -834,7 +846,8 @@ def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx,
     rows, n = x2.shape
     w2 = _weight_row(weight, n)
     ks = _BWD_KERNELS[kernel_op, x.dtype, grad.dtype]
-    plan, size, stages = _norm_bwd_plan(ks, x.dtype, rows, n, (x2, g2, e2, dx2, w2))
+    plan, size, stages = _norm_bwd_plan(ks, kernel_op, x.dtype, rows, n,
+                                        (x2, g2, e2, dx2, w2))
     if size > 1:
         blocks = min(rows, plan.kernel.max_active_clusters(plan.cluster, plan.block,
                                                            plan.shared_mem))
