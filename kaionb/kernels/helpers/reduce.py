@@ -35,9 +35,10 @@ import functools
 from numba import cuda, float32, int32, int64, types, uint32
 
 from kaionb.ptx_patches import (
-    cluster_arrive,
+    cluster_arrive_relaxed,
     cluster_wait,
     device_function,
+    fence_acq_rel_cluster,
     ld_shared_cluster_f32,
     shared_addr,
 )
@@ -225,10 +226,7 @@ def cluster_reducers(size):
     @device_function
     def cluster_sum(x, scratch, slots, k):
         part = block_sum(x, scratch)
-        if cuda.threadIdx.x == 0:
-            slots[k] = part
-        cluster_arrive()
-        cluster_wait()
+        _publish(part, slots, k)
         if cuda.threadIdx.x == 0:
             addr = shared_addr(slots, k)
             total = ld_shared_cluster_f32(addr, uint32(0))
@@ -240,10 +238,7 @@ def cluster_reducers(size):
     @device_function
     def cluster_max(x, scratch, slots, k):
         part = block_max(x, scratch)
-        if cuda.threadIdx.x == 0:
-            slots[k] = part
-        cluster_arrive()
-        cluster_wait()
+        _publish(part, slots, k)
         if cuda.threadIdx.x == 0:
             addr = shared_addr(slots, k)
             total = ld_shared_cluster_f32(addr, uint32(0))
@@ -253,6 +248,19 @@ def cluster_reducers(size):
         return _broadcast(scratch)
 
     return cluster_sum, cluster_max
+
+
+@device_function
+def _publish(part, slots, k):
+    """Thread 0 parks the block's ``part`` in ``slots[k]`` for the cluster; one cluster
+    barrier. The arrive is relaxed, thread 0's fence releasing its slot: a release arrive
+    in every thread waits for all their global stores in flight (the norms' backward, a
+    reduction per row: ~1 µs a row on the H100)."""
+    if cuda.threadIdx.x == 0:
+        slots[k] = part
+        fence_acq_rel_cluster()
+    cluster_arrive_relaxed()
+    cluster_wait()
 
 
 @device_function
@@ -289,7 +297,8 @@ def cluster_sums(count, size):
             if t == 0:
                 for k in range(count):
                     slots[at + k] = values[k]
-            cluster_arrive()
+                fence_acq_rel_cluster()
+            cluster_arrive_relaxed()
             cluster_wait()
             if t < count:
                 addr = shared_addr(slots, at + t)
