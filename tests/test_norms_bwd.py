@@ -173,10 +173,11 @@ def planned(monkeypatch):
     (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 1024, -1, 1,
      2048 * 32),
     (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 1, 1024 * 48),
-    # Rows wider than one CTA holds: a cluster of 8 CTAs (sm_90), 1024 chunks of 8 each.
-    (bfloat16, F32, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_float32", 1024, -1, 2,
+    # Rows wider than one CTA holds: a cluster of 8 CTAs (sm_90) of 512 threads, 1024
+    # chunks of 8 each.
+    (bfloat16, F32, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_float32", 512, -1, 2,
      2 * 1024 * 48),
-    (bfloat16, bfloat16, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_bfloat16", 1024, -1,
+    (bfloat16, bfloat16, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_bfloat16", 512, -1,
      2, 2 * 1024 * 32),
     # Streaming: a misaligned row (251 chunks of 4 float32 and one for the ragged ends) and
     # a row wider than 8 CTAs (chunks of 8: 16 bytes of x, 32 of g, cached up to 96 KiB).

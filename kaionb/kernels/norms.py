@@ -95,11 +95,13 @@ from .helpers.rowwise import (
     FLOAT_DTYPES,
     MAX_CLUSTER,
     MAX_THREADS,
+    PREFERRED_THREADS,
     WIDE_CACHE_BYTES,
     WIDE_THREADS,
     chunk_io,
-    cluster_row_plan,
+    round_up,
     row_plan,
+    rows_aligned,
     rows_view,
 )
 from .launch import kernel
@@ -111,14 +113,21 @@ F32 = np.dtype(np.float32)
 
 def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
     """Elements per thread (of x, g and the dw accumulators) on the backward's staged
-    path: the most that assemble without spills under the 64-register cap of 1024
-    threads on sm_80, sm_89 and sm_90a. 16 (rows up to 16384) for RMSNorm with x and g
-    both half types (16 registers of dw); 8 (rows up to 8192) for a float32 x or g (16
-    spilled 20 bytes on sm_90a with a float32 g, 72-80 with a float32 x), for LayerNorm,
-    which also keeps db (16 spilled 56-236 bytes), and in a cluster (16 spilled 4 bytes:
-    the cluster's offsets and slots take registers)."""
+    path: the most that assemble without spills under the register cap. In one CTA of up
+    to 1024 threads (64 registers) on sm_80, sm_89 and sm_90a: 16 (rows up to 16384) for
+    RMSNorm with x and g both half types; 8 (rows up to 8192) for a float32 x or g (16
+    spilled 20 bytes on sm_90a with a float32 g, 72-80 with a float32 x) and for LayerNorm,
+    which also keeps db (16 spilled 56-236 bytes). In a cluster, CTAs of up to
+    CLUSTER_THREADS (128 registers): 16, rows up to 65536 (at 1024 threads, 8 spilled 4
+    bytes for the float32 LayerNorm: the cluster's offsets take registers)."""
+    if cluster > 1:
+        return 16
     halves = x_dtype != F32 and g_dtype != F32
-    return 16 if op == "rms_norm" and halves and cluster == 1 else 8
+    return 16 if op == "rms_norm" and halves else 8
+
+
+# Threads of a cluster's CTAs in the backward (their register cap: 128).
+CLUSTER_THREADS = 512
 
 
 # -- forward ---------------------------------------------------------------------------------
@@ -377,8 +386,7 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     REG_X, REG_G = KC * XW, KC * GW  # local-array sizes must be plain constants
     EB = E if LAYER_NORM else 1
     head_of, decode = x_codec.head, x_codec.decode
-    row_sums = cluster_sums(3 if LAYER_NORM else 2, CLUSTER)
-    row_sum = cluster_sums(1, CLUSTER)
+    row_sums = cluster_sums(4 if LAYER_NORM else 2, CLUSTER)
     stream_sums = block_sums(4 if LAYER_NORM else 2)
     XS, GS = x_codec.storage, g_codec.storage
 
@@ -398,8 +406,10 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     @kernel([f"void({XS}[:, :], {GS}[:, :], {XS}[:, :], {GS}[:, :], {GS}[:, :], "
              "float32[:, :], float32[:, :], int32, float32, int32, int32, int32, int32)"],
             name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES if streaming else
-            2 * MAX_THREADS * KC * CW * 4, launch_bounds=(WIDE_THREADS, 1) if streaming
-            else MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0))
+            2 * (CLUSTER_THREADS if CLUSTER > 1 else MAX_THREADS) * KC * CW * 4,
+            launch_bounds=(WIDE_THREADS, 1) if streaming
+            else (CLUSTER_THREADS, 1) if CLUSTER > 1 else MAX_THREADS,
+            min_cc=(9, 0) if CLUSTER > 1 else (8, 0))
     def _norm_bwd_kernel(x, g, w, gs, dx, dw_part, db_part, n, eps, has_bias, has_gs,
                          cache_chunks, stages):
         scratch = cuda.shared.array(128, float32)
@@ -437,7 +447,7 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
             # side by side: no bank conflicts).
             g_at = per_cta * XW
             stage_words = per_cta * (XW + GW)
-            red_at = int32(0)  # cluster_sums' slots: sets 0 and 4 by turns
+            red_at = int32(0)  # cluster_sums' slots: sets 0 and 4 by turns, row by row
             # Rows reach shared memory by cp.async, each thread copying, then reading into
             # its registers, only its own chunks; the next row's copies are in flight while
             # this row is reduced and written (one 1024-thread block per SM has nothing
@@ -461,19 +471,11 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                         g_from_shared(cache, base + g_at + v * GW, rg, k * GW)
                 if stages == 2:
                     slot ^= 1
-                mean = float32(0.0)
-                if LAYER_NORM:
-                    sums[0] = float32(0.0)
-                    for k in range(KC):
-                        if t + k * T < nc:
-                            x_unpack(rx, k * XW, fx)
-                            for j in range(CH):
-                                sums[0] += fx[j]
-                    row_sum(sums, scratch, slots, red_at)
-                    red_at ^= 4
-                    mean = sums[0] * inv_n
-                # Σ (x − mean)², Σ dy·(x − mean), Σ dy over the row, one barrier round.
-                for i in range(3):
+                # Σ d², Σ dy·d, Σ dy, Σ d with d = x − shift, one barrier round: LayerNorm
+                # shifts by the row's first element (as the streaming path; one reduction
+                # where the mean first took another).
+                shift = decode(x[r, 0]) if LAYER_NORM else float32(0.0)
+                for i in range(4):
                     sums[i] = float32(0.0)
                 for k in range(KC):
                     v = t + k * T
@@ -483,20 +485,30 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                         x_load_aligned(w, 0, (c0 + v) * CH, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         for j in range(CH):
-                            d = fx[j] - mean
+                            d = fx[j] - shift
                             dy = fg[j] * fw[j]
                             sums[0] += d * d
                             sums[1] += dy * d
                             if LAYER_NORM:
                                 sums[2] += dy
+                                sums[3] += d
                 row_sums(sums, scratch, slots, red_at)
                 red_at ^= 4
                 if stages == 1 and nxt < rows:
                     stage_row(x, g, nxt, c0, nc, cache, 0, g_at)
                     cp_async_commit_group()
-                rstd = rsqrt_approx_f32(sums[0] * inv_n + eps)
-                c1 = sums[1] * inv_n * rstd  # mean(dy · x̂)
-                c2 = sums[2] * inv_n if LAYER_NORM else float32(0.0)  # mean(dy)
+                var = sums[0] * inv_n
+                dyd = sums[1] * inv_n  # mean(dy · (x − shift))
+                mean = float32(0.0)
+                c2 = float32(0.0)
+                if LAYER_NORM:
+                    dm = sums[3] * inv_n
+                    mean = shift + dm
+                    var = max(var - dm * dm, float32(0.0))
+                    c2 = sums[2] * inv_n  # mean(dy)
+                    dyd -= dm * c2  # mean(dy · (x − mean))
+                rstd = rsqrt_approx_f32(var + eps)
+                c1 = dyd * rstd  # mean(dy · x̂)
                 for k in range(KC):
                     v = t + k * T
                     if v < nc:
@@ -632,8 +644,6 @@ def _bwd_variants():
                 g_codec = CODECS[g_dt]
                 ch = max(x_codec.vec, g_codec.vec)
                 suffix = f"{x_dt.name}_{g_dt.name}"
-                # A row too wide for one CTA takes MAX_CLUSTER CTAs (cluster_row_plan
-                # wants at most PREFERRED_THREADS threads a CTA).
                 staged = {size: _make_norm_bwd_kernel(
                     op, x_codec, g_codec, f"_{op}_bwd_kernel{f'_cluster{size}' * (size > 1)}"
                     f"_{suffix}", False, size) for size in (1, MAX_CLUSTER)}
@@ -810,6 +820,17 @@ def _norm_bwd(op, kernel_op, names, grad, x, weight, bias, grad_extra, eps, out)
                out=result)
 
 
+def _cluster_threads(nc, per_thread):
+    """Threads of each of the MAX_CLUSTER CTAs that hold a row of ``nc`` chunks,
+    ``per_thread`` each (at least PREFERRED_THREADS where there are that many chunks, as
+    row_plan), or None if CLUSTER_THREADS cannot. A row too wide for one CTA always takes
+    the full cluster: more CTAs keep more loads in flight, and one kernel per dtype pair."""
+    per_cta = -(-nc // MAX_CLUSTER)
+    if per_cta > per_thread * CLUSTER_THREADS:
+        return None
+    return round_up(max(-(-per_cta // per_thread), min(per_cta, PREFERRED_THREADS)), 32)
+
+
 def _norm_bwd_plan(ks, op, x_dtype, rows, n, views):
     """(plan without its grid, cluster size, stages): the staged kernel where the row's
     chunks fit one CTA — or, on sm_90, a cluster of up to MAX_CLUSTER CTAs — with two rows
@@ -818,9 +839,12 @@ def _norm_bwd_plan(ks, op, x_dtype, rows, n, views):
     threads, cache_chunks, smem = row_plan(codec, *views, vec=ks.ch, per_thread=ks.per_thread,
                                            vec_bytes=ks.chunk_bytes)
     size = 1
-    if cache_chunks >= 0 and compute_capability() >= (9, 0) and row_plan(
-            codec, *views, vec=ks.ch, per_thread=ks.cluster_per_thread * MAX_CLUSTER)[1] < 0:
-        size, threads = cluster_row_plan(n // ks.ch, ks.cluster_per_thread)
+    cluster = None
+    if cache_chunks >= 0 and n % ks.ch == 0 and rows_aligned(*views) and (
+            compute_capability() >= (9, 0)):
+        cluster = _cluster_threads(n // ks.ch, ks.cluster_per_thread)
+    if cluster is not None:
+        size, threads = MAX_CLUSTER, cluster
     elif cache_chunks >= 0:
         return Plan.of(ks.streaming, (1,), (threads,), smem), 1, 1
     plan = Plan.of(ks.staged[size], (1,), (threads,),

@@ -376,6 +376,11 @@ def _rows_aligned(a):
     return a.ptr % VEC_BYTES == 0 and (a.shape[0] == 1 or a.strides[0] % VEC_BYTES == 0)
 
 
+def rows_aligned(*arrays):
+    """Whether every row of every [rows, n] view starts 16-byte aligned."""
+    return all(_rows_aligned(a) for a in arrays)
+
+
 def row_plan(codec, x2, *others, vec=None, per_thread=None, vec_bytes=VEC_BYTES):
     """(threads, cache_vecs, shared bytes) for a one-row-per-block kernel over the
     [rows, n] view ``x2``. The register path (cache_vecs = -1) needs every row of ``x2``
