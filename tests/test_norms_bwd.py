@@ -173,11 +173,10 @@ def planned(monkeypatch):
     (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 1024, -1, 1,
      2048 * 32),
     (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 1, 1024 * 48),
-    # Rows wider than one CTA holds: a cluster of 8 CTAs (sm_90) of 512 threads, 1024
-    # chunks of 8 each.
-    (bfloat16, F32, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_float32", 512, -1, 2,
+    # Rows wider than one CTA holds: a cluster of 8 CTAs (sm_90), 1024 chunks of 8 each.
+    (bfloat16, F32, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_float32", 1024, -1, 2,
      2 * 1024 * 48),
-    (bfloat16, bfloat16, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_bfloat16", 512, -1,
+    (bfloat16, bfloat16, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_bfloat16", 1024, -1,
      2, 2 * 1024 * 32),
     # Streaming: a misaligned row (251 chunks of 4 float32 and one for the ragged ends) and
     # a row wider than 8 CTAs (chunks of 8: 16 bytes of x, 32 of g, cached up to 96 KiB).
@@ -214,6 +213,16 @@ def test_norm_bwd_one_stage_where_two_do_not_fit(planned):
         assert (name, shared_mem, args[-1]) == ("_layer_norm_bwd_kernel_float32_float32",
                                                  stages * 2048 * 32, stages)
         planned.clear()
+
+
+def test_layer_norm_bwd_cluster_of_512_thread_ctas(planned):
+    # LayerNorm's cluster CTAs hold 16 elements a thread in up to 512 threads.
+    n = 65536
+    layer_norm_bwd(fake((1000, n), np.float16), fake((1000, n), np.float16),
+                   fake((n,), np.float16))
+    (name, grid, block, shared_mem, args), *_ = planned
+    assert (name, block, shared_mem, args[-2:]) == (
+        "_layer_norm_bwd_kernel_cluster8_float16_float16", (512,), 2 * 1024 * 32, (-1, 2))
 
 
 def test_norm_bwd_no_cluster_before_sm_90(planned):

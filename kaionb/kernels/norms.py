@@ -113,21 +113,23 @@ F32 = np.dtype(np.float32)
 
 def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
     """Elements per thread (of x, g and the dw accumulators) on the backward's staged
-    path: the most that assemble without spills under the register cap. In one CTA of up
-    to 1024 threads (64 registers) on sm_80, sm_89 and sm_90a: 16 (rows up to 16384) for
-    RMSNorm with x and g both half types; 8 (rows up to 8192) for a float32 x or g (16
-    spilled 20 bytes on sm_90a with a float32 g, 72-80 with a float32 x) and for LayerNorm,
-    which also keeps db (16 spilled 56-236 bytes). In a cluster, CTAs of up to
-    CLUSTER_THREADS (128 registers): 16, rows up to 65536 (at 1024 threads, 8 spilled 4
-    bytes for the float32 LayerNorm: the cluster's offsets take registers)."""
+    path: the most that assemble without spills under the register cap of
+    :func:`_bwd_threads` threads. In one CTA of up to 1024 threads (64 registers) on
+    sm_80, sm_89 and sm_90a: 16 (rows up to 16384) for RMSNorm with x and g both half
+    types; 8 (rows up to 8192) for a float32 x or g (16 spilled 20 bytes on sm_90a with a
+    float32 g, 72-80 with a float32 x) and for LayerNorm, which also keeps db (16 spilled
+    56-236 bytes). In a cluster, where the cluster's offsets take registers: 8 for RMSNorm
+    (16 spilled 4 bytes), 16 for LayerNorm in CTAs of up to 512 threads (8 at 1024
+    threads spilled 4 bytes for float32): rows up to 65536."""
     if cluster > 1:
-        return 16
+        return 16 if op == "layer_norm" else 8
     halves = x_dtype != F32 and g_dtype != F32
     return 16 if op == "rms_norm" and halves else 8
 
 
-# Threads of a cluster's CTAs in the backward (their register cap: 128).
-CLUSTER_THREADS = 512
+def _bwd_threads(op, cluster=1):
+    """The most threads a CTA of the staged path has (its launch bound)."""
+    return 512 if op == "layer_norm" and cluster > 1 else MAX_THREADS
 
 
 # -- forward ---------------------------------------------------------------------------------
@@ -406,9 +408,8 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     @kernel([f"void({XS}[:, :], {GS}[:, :], {XS}[:, :], {GS}[:, :], {GS}[:, :], "
              "float32[:, :], float32[:, :], int32, float32, int32, int32, int32, int32)"],
             name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES if streaming else
-            2 * (CLUSTER_THREADS if CLUSTER > 1 else MAX_THREADS) * KC * CW * 4,
-            launch_bounds=(WIDE_THREADS, 1) if streaming
-            else (CLUSTER_THREADS, 1) if CLUSTER > 1 else MAX_THREADS,
+            2 * _bwd_threads(op, CLUSTER) * KC * CW * 4,
+            launch_bounds=(WIDE_THREADS, 1) if streaming else (_bwd_threads(op, CLUSTER), 1),
             min_cc=(9, 0) if CLUSTER > 1 else (8, 0))
     def _norm_bwd_kernel(x, g, w, gs, dx, dw_part, db_part, n, eps, has_bias, has_gs,
                          cache_chunks, stages):
@@ -462,6 +463,10 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 if stages == 2 and nxt < rows:
                     stage_row(x, g, nxt, c0, nc, cache, (slot ^ 1) * stage_words, g_at)
                 cp_async_commit_group()  # possibly empty: row r's group is the older one
+                # LayerNorm's shift (below), loaded while the row's copies land: loaded at
+                # its use, it stalled every row (layer_norm_bwd f16 [16384, 8192] 79.5% of
+                # copy with a reduction for the mean, 65% with the shift loaded late).
+                shift = decode(x[r, 0]) if LAYER_NORM else float32(0.0)
                 cp_async_wait_group(1)
                 base = slot * stage_words
                 for k in range(KC):
@@ -474,7 +479,6 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 # Σ d², Σ dy·d, Σ dy, Σ d with d = x − shift, one barrier round: LayerNorm
                 # shifts by the row's first element (as the streaming path; one reduction
                 # where the mean first took another).
-                shift = decode(x[r, 0]) if LAYER_NORM else float32(0.0)
                 for i in range(4):
                     sums[i] = float32(0.0)
                 for k in range(KC):
@@ -820,13 +824,13 @@ def _norm_bwd(op, kernel_op, names, grad, x, weight, bias, grad_extra, eps, out)
                out=result)
 
 
-def _cluster_threads(nc, per_thread):
+def _cluster_threads(op, nc, per_thread):
     """Threads of each of the MAX_CLUSTER CTAs that hold a row of ``nc`` chunks,
     ``per_thread`` each (at least PREFERRED_THREADS where there are that many chunks, as
-    row_plan), or None if CLUSTER_THREADS cannot. A row too wide for one CTA always takes
+    row_plan), or None if _bwd_threads cannot. A row too wide for one CTA always takes
     the full cluster: more CTAs keep more loads in flight, and one kernel per dtype pair."""
     per_cta = -(-nc // MAX_CLUSTER)
-    if per_cta > per_thread * CLUSTER_THREADS:
+    if per_cta > per_thread * _bwd_threads(op, MAX_CLUSTER):
         return None
     return round_up(max(-(-per_cta // per_thread), min(per_cta, PREFERRED_THREADS)), 32)
 
@@ -842,7 +846,7 @@ def _norm_bwd_plan(ks, op, x_dtype, rows, n, views):
     cluster = None
     if cache_chunks >= 0 and n % ks.ch == 0 and rows_aligned(*views) and (
             compute_capability() >= (9, 0)):
-        cluster = _cluster_threads(n // ks.ch, ks.cluster_per_thread)
+        cluster = _cluster_threads(op, n // ks.ch, ks.cluster_per_thread)
     if cluster is not None:
         size, threads = MAX_CLUSTER, cluster
     elif cache_chunks >= 0:

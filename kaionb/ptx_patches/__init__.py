@@ -55,11 +55,9 @@ from .bulk_copy import (
 )
 from .cluster import (
     cluster_arrive,
-    cluster_arrive_relaxed,
     cluster_ctarank,
     cluster_wait,
     cp_async_bulk_tensor_2d_multicast,
-    fence_acq_rel_cluster,
     fence_mbarrier_init_cluster,
     ld_shared_cluster_f32,
     mbarrier_arrive_remote,

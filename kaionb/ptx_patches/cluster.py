@@ -39,28 +39,6 @@ cluster_arrive = ptx_instruction(
     "(its prior writes, shared memory included, are released to the cluster).",
 )
 
-cluster_arrive_relaxed = ptx_instruction(
-    "cluster_arrive_relaxed",
-    "barrier.cluster.arrive.relaxed;",
-    side_effect=True,
-    memory=True,
-    arch=SM90,
-    doc="``barrier.cluster.arrive.relaxed;``: arrive without releasing this thread's prior "
-    "writes — a release arrive waits until they are performed, global stores still in "
-    "flight included. A thread whose writes the cluster must see issues "
-    ":func:`fence_acq_rel_cluster` first.",
-)
-
-fence_acq_rel_cluster = ptx_instruction(
-    "fence_acq_rel_cluster",
-    "fence.acq_rel.cluster;",
-    side_effect=True,
-    memory=True,
-    arch=SM90,
-    doc="``fence.acq_rel.cluster;``: order this thread's prior memory accesses before its "
-    "later ones at cluster scope (with a relaxed cluster arrive after it: a release).",
-)
-
 cluster_wait = ptx_instruction(
     "cluster_wait",
     "barrier.cluster.wait.acquire;",

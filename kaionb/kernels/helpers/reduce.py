@@ -35,10 +35,9 @@ import functools
 from numba import cuda, float32, int32, int64, types, uint32
 
 from kaionb.ptx_patches import (
-    cluster_arrive_relaxed,
+    cluster_arrive,
     cluster_wait,
     device_function,
-    fence_acq_rel_cluster,
     ld_shared_cluster_f32,
     shared_addr,
 )
@@ -253,13 +252,11 @@ def cluster_reducers(size):
 @device_function
 def _publish(part, slots, k):
     """Thread 0 parks the block's ``part`` in ``slots[k]`` for the cluster; one cluster
-    barrier. The arrive is relaxed, thread 0's fence releasing its slot: a release arrive
-    in every thread waits for all their global stores in flight (the norms' backward, a
-    reduction per row: ~1 µs a row on the H100)."""
+    barrier (a release arrive: a relaxed one after thread 0's fence.acq_rel.cluster took
+    per-row quantize at [2048, 65536] from 85% to 70% of copy on the H100)."""
     if cuda.threadIdx.x == 0:
         slots[k] = part
-        fence_acq_rel_cluster()
-    cluster_arrive_relaxed()
+    cluster_arrive()
     cluster_wait()
 
 
@@ -297,8 +294,7 @@ def cluster_sums(count, size):
             if t == 0:
                 for k in range(count):
                     slots[at + k] = values[k]
-                fence_acq_rel_cluster()
-            cluster_arrive_relaxed()
+            cluster_arrive()
             cluster_wait()
             if t < count:
                 addr = shared_addr(slots, at + t)
