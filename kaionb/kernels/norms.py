@@ -479,9 +479,10 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 # Σ d², Σ dy·d, Σ dy, Σ d with d = x − shift, one barrier round. LayerNorm
                 # in one CTA shifts by the mean, a reduction of its own; in a cluster by
                 # the row's first element (as the streaming path), a cluster barrier less.
-                # H100, % of copy, mean / first element: [16384, 8192] f16 79.5 / 65,
-                # f32 85 / 88; clusters at [2048, 65536] f16 37 / 43, f32 48 / 68 (the
-                # latter with 512-thread CTAs).
+                # H100 runs, % of copy, mean / first element: [16384, 8192] f16 79.5 and
+                # 66 / 65 and 65 (runs on different machines differ by up to 10%);
+                # clusters at [2048, 65536] f16 37 / 43, f32 48 / 68 (the latter with
+                # 512-thread CTAs). docs/perf-log-primitives.md has the runs.
                 if LAYER_NORM and CLUSTER == 1:
                     sums[0] = float32(0.0)
                     for k in range(KC):
