@@ -418,337 +418,41 @@ class DeviceArray:
         return _kernel("elementwise")("bitwise_invert", self)
 
     # -- reductions (kaionb.kernels.reductions; NumPy's result dtypes) -----------------------
+    # Their docstrings come from that module's template (_docstring), set where it registers
+    # its kernels.
     def sum(self, axis=None, *, dtype=None, keepdims=False, out=None):
-        """Sum over ``axis``, as :func:`kaionb.sum`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        dtype : dtype, optional
-            The result dtype; the input is cast to it first.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The sums (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.sum`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).get()
-        array([3., 7.])
-        """
         return _kernel("sum")(self, axis, dtype=dtype, keepdims=keepdims, out=out)
 
     def prod(self, axis=None, *, dtype=None, keepdims=False, out=None):
-        """Product over ``axis``, as :func:`kaionb.prod`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        dtype : dtype, optional
-            The result dtype; the input is cast to it first.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The products (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.prod`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).prod(axis=0).get()
-        array([3., 8.])
-        """
         return _kernel("prod")(self, axis, dtype=dtype, keepdims=keepdims, out=out)
 
     def mean(self, axis=None, *, keepdims=False, out=None):
-        """Arithmetic mean over ``axis``, as :func:`kaionb.mean`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The means (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.mean`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).mean().item()
-        2.5
-        """
         return _kernel("mean")(self, axis, keepdims=keepdims, out=out)
 
     def var(self, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
-        """Variance over ``axis``, as :func:`kaionb.var`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        correction : float, optional
-            Subtracted from N in the divisor.
-        ddof : float, optional
-            NumPy's name for ``correction``.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The variances (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.var`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).var(axis=1).get()
-        array([0.25, 0.25])
-        """
         return _kernel("var")(self, axis, correction=correction, ddof=ddof, keepdims=keepdims,
                               out=out)
 
     def std(self, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
-        """Standard deviation over ``axis``, as :func:`kaionb.std`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        correction : float, optional
-            Subtracted from N in the divisor.
-        ddof : float, optional
-            NumPy's name for ``correction``.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The standard deviations (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.std`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).std(axis=0).get()
-        array([1., 1.])
-        """
         return _kernel("std")(self, axis, correction=correction, ddof=ddof, keepdims=keepdims,
                               out=out)
 
     def max(self, axis=None, *, keepdims=False, out=None):
-        """Largest element over ``axis``, as :func:`kaionb.max`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The largest values (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.max`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).max(axis=1).get()
-        array([2., 4.])
-        """
         return _kernel("max")(self, axis, keepdims=keepdims, out=out)
 
     def min(self, axis=None, *, keepdims=False, out=None):
-        """Smallest element over ``axis``, as :func:`kaionb.min`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The smallest values (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.min`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).min(axis=0).get()
-        array([1., 2.])
-        """
         return _kernel("min")(self, axis, keepdims=keepdims, out=out)
 
     def argmax(self, axis=None, *, keepdims=False, out=None):
-        """Index of the largest element along ``axis``, as :func:`kaionb.argmax`.
-
-        Parameters
-        ----------
-        axis : int or None, optional
-            The axis to search; None searches the flattened array.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The int64 indices (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.argmax`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).argmax(axis=0).get()
-        array([1, 1])
-        """
         return _kernel("argmax")(self, axis, keepdims=keepdims, out=out)
 
     def argmin(self, axis=None, *, keepdims=False, out=None):
-        """Index of the smallest element along ``axis``, as :func:`kaionb.argmin`.
-
-        Parameters
-        ----------
-        axis : int or None, optional
-            The axis to search; None searches the flattened array.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The int64 indices (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.argmin`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).argmin(axis=1).get()
-        array([0, 0])
-        """
         return _kernel("argmin")(self, axis, keepdims=keepdims, out=out)
 
     def any(self, axis=None, *, keepdims=False, out=None):
-        """Test whether any element along ``axis`` is nonzero, as :func:`kaionb.any`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The bool results (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.any`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).any(axis=0).get()
-        array([ True,  True])
-        """
         return _kernel("any")(self, axis, keepdims=keepdims, out=out)
 
     def all(self, axis=None, *, keepdims=False, out=None):
-        """Test whether every element along ``axis`` is nonzero, as :func:`kaionb.all`.
-
-        Parameters
-        ----------
-        axis : int, tuple of int or None, optional
-            The axes to reduce; None reduces them all.
-        keepdims : bool, optional
-            Keep the reduced axes with size 1.
-        out : DeviceArray, optional
-            A C-contiguous array of the result's shape and dtype to write.
-
-        Returns
-        -------
-        DeviceArray
-            The bool results (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError, ValueError
-            As :func:`kaionb.all`.
-
-        Examples
-        --------
-        >>> kaionb.asarray([[1.0, 2.0], [3.0, 4.0]]).all().item()
-        True
-        """
         return _kernel("all")(self, axis, keepdims=keepdims, out=out)
 
     # -- host scalars: each is an explicit device-to-host copy of one element -------------

@@ -21,8 +21,11 @@ generator the module seeds from fresh entropy on first use.
 
 from __future__ import annotations
 
+import inspect
 import numbers
+import textwrap
 import threading
+import typing
 
 import numpy as np
 
@@ -32,6 +35,131 @@ from .validation import fail
 
 __all__ = ["Generator", "default_rng", "integers", "normal", "random", "standard_normal",
            "uniform"]
+
+
+# The docstrings of the draws, Generator methods and module functions alike, from one
+# template (_docstring). Per draw: the summary, what the method's summary line adds, the
+# method's extended summary, its own parameters (type, description; they override
+# _PARAMS), the clauses of the method's TypeError and ValueError before the shared ones,
+# and the examples of the method and of the function. A module function has the method's
+# parameters but ``endpoint`` and ``out``, and ``seed``; it raises what the method does.
+class _Draw(typing.NamedTuple):
+    summary: str
+    more: str
+    notes: str
+    params: dict
+    errors: tuple
+    method: str
+    function: str
+
+
+_DRAWS = {
+    "random": _Draw(
+        "Draw floats uniformly from [0, 1)", "", "", {}, (["another dtype"], []),
+        ">>> x = kaionb.random.default_rng(0).random(1000, dtype=np.float32)\n"
+        ">>> bool(((x.get() >= 0) & (x.get() < 1)).all())\nTrue",
+        ">>> kaionb.random.random(seed=0).shape\n()"),
+    "uniform": _Draw(
+        "Draw floats uniformly from [low, high)", "",
+        "``low`` and ``high`` are rounded to ``dtype`` first; ``high`` is never drawn, after "
+        "rounding either. low == high gives low.",
+        {"low, high": ("float, optional",
+                       "The interval (finite in ``dtype``, low <= high, high − low finite).")},
+        (["bounds that are not real numbers", "another dtype"],
+         ["bounds not finite in ``dtype``", "low > high"]),
+        ">>> x = kaionb.random.default_rng(0).uniform(-1.0, 1.0, (2, 3))\n"
+        ">>> x.shape, x.dtype\n((2, 3), dtype('float64'))",
+        ">>> kaionb.random.uniform(0.0, 10.0, 5, seed=3).shape\n(5,)"),
+    "standard_normal": _Draw(
+        "Draw N(0, 1) floats", " (Box-Muller; float32 and the half types computed in float32)",
+        "", {}, (["another dtype"], []),
+        ">>> x = kaionb.random.default_rng(0).standard_normal(100_000, dtype=np.float32)\n"
+        ">>> abs(float(x.mean().item())) < 0.02\nTrue",
+        ">>> kaionb.random.standard_normal((2, 2), seed=0).shape\n(2, 2)"),
+    "normal": _Draw(
+        "Draw N(loc, scale²) floats", ": ``loc + scale * standard_normal``", "",
+        {"loc": ("float, optional", "The mean (finite in ``dtype``)."),
+         "scale": ("float, optional", "The standard deviation (>= 0).")},
+        (["parameters that are not real numbers", "another dtype"],
+         ["a ``loc`` or ``scale`` not finite in ``dtype``", "a negative ``scale``"]),
+        ">>> x = kaionb.random.default_rng(0).normal(10.0, 0.1, 1000, dtype=np.float32)\n"
+        ">>> 9.9 < float(x.mean().item()) < 10.1\nTrue",
+        ">>> kaionb.random.normal(0.0, 2.0, 8, np.float16, seed=1).dtype\ndtype('float16')"),
+    "integers": _Draw(
+        "Draw integers uniformly from [low, high)", ", or [low, high] with ``endpoint``",
+        "``high=None`` draws from [0, low).",
+        {"low": ("int", "The lowest value (or the upper bound when ``high`` is None)."),
+         "high": ("int, optional", "The upper bound (excluded{unless_endpoint})."),
+         "dtype": ("dtype, optional", "Any integer dtype or bool; int64 by default."),
+         "endpoint": ("bool, optional", "Include ``high``.")},
+        (["bounds that are not ints", "a dtype that is not an integer type or bool"],
+         ["bounds outside the dtype", "an empty interval (high <= low)"]),
+        ">>> w = kaionb.random.default_rng(0).integers(-127, 128, size=(64, 64), "
+        "dtype=np.int8)\n>>> w.dtype, int(w.min().item()) >= -127\n(dtype('int8'), True)",
+        ">>> kaionb.random.integers(10, size=3, seed=0).dtype\ndtype('int64')"),
+}
+
+# The parameters every draw shares (type, description).
+_PARAMS = {
+    "size": ("int, tuple of int or None, optional", "The shape (None: 0-d{or_out})."),
+    "dtype": ("dtype, optional", "One of float64 (default), float32, float16 or bfloat16."),
+    "out": ("DeviceArray, optional", "A C-contiguous array of the shape and dtype to fill."),
+    "seed": ("int, numpy.random.SeedSequence or None, optional",
+             "Draw from ``default_rng(seed)``; None draws from the module's generator (seeded "
+             "from fresh entropy on first use)."),
+}
+
+
+def _wrap(text: str) -> str:
+    """A description under its numpydoc heading: indented 4, lines of at most 88."""
+    return textwrap.fill(text, 88, initial_indent="    ", subsequent_indent="    ")
+
+
+def _clauses(clauses: list) -> str:
+    """``["a", "b", "c"]`` as the sentence "A, b, or c."."""
+    text = ", ".join(clauses[:-1]) + ", or " + clauses[-1] if len(clauses) > 1 else clauses[0]
+    return _wrap(text[0].upper() + text[1:] + ".")
+
+
+def _docstring(fn) -> str:
+    """The numpydoc docstring of the draw ``fn``: a Generator method or a module function."""
+    name = fn.__name__
+    draw = _DRAWS[name]
+    method = fn.__qualname__ != name
+    params = [p for p in inspect.signature(fn).parameters if p != "self"]
+    entries = {**_PARAMS, **draw.params}
+    fields = {"or_out": ", or ``out``'s shape" if "out" in params else "",
+              "unless_endpoint": " unless ``endpoint``" if "endpoint" in params else ""}
+    # each entry once, in signature order ("low, high" documents both)
+    names = dict.fromkeys(next(k for k in entries if p in k.split(", ")) for p in params)
+    parameters = [f"{n} : {entries[n][0]}\n{_wrap(entries[n][1].format(**fields))}"
+                  for n in names]
+    if method:
+        summary = draw.summary + draw.more + "."
+        if draw.notes:
+            summary += "\n\n" + textwrap.fill(draw.notes, 88)
+        type_errors, value_errors = draw.errors
+        type_errors = type_errors + ["a ``size`` that is not an int or a tuple of ints"]
+        value_errors = value_errors + ["a negative size"]
+        if "out" in params:
+            type_errors.append("an ``out`` that is not device memory or has another dtype")
+            value_errors.append("an ``out`` of another shape or not C-contiguous")
+        raises = f"TypeError\n{_clauses(type_errors)}\nValueError\n{_clauses(value_errors)}"
+    else:
+        summary = f"{draw.summary} (see :meth:`Generator.{name}`)."
+        raises = f"TypeError, ValueError\n    As :meth:`Generator.{name}`, and for a bad seed."
+    returns = " (``out`` itself when given)" if "out" in params else ""
+    sections = {"Parameters": "\n".join(parameters),
+                "Returns": f"DeviceArray\n    The draws{returns}.",
+                "Raises": raises, "Examples": draw.method if method else draw.function}
+    return summary + "".join(f"\n\n{title}\n{'-' * len(title)}\n{body}"
+                             for title, body in sections.items()) + "\n"
+
+
+def _documented(fn):
+    """``fn`` with its docstring from the template (_docstring)."""
+    fn.__doc__ = _docstring(fn)
+    return fn
 
 
 class Generator:
@@ -108,186 +236,27 @@ class Generator:
     def __repr__(self) -> str:
         return f"Generator(Philox4x32-10, key=0x{self.key:016x}, counter={self.counter})"
 
+    @_documented
     def random(self, size=None, dtype=np.float64, *, out=None) -> DeviceArray:
-        """Draw floats uniformly from [0, 1).
-
-        Parameters
-        ----------
-        size : int, tuple of int or None, optional
-            The shape (None: 0-d, or ``out``'s shape).
-        dtype : dtype, optional
-            One of float64 (default), float32, float16 or bfloat16.
-        out : DeviceArray, optional
-            A C-contiguous array of the shape and dtype to fill.
-
-        Returns
-        -------
-        DeviceArray
-            The draws (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError
-            Another dtype, a ``size`` that is not an int or a tuple of ints, or an ``out``
-            that is not device memory or has another dtype.
-        ValueError
-            A negative size, or an ``out`` of another shape or not C-contiguous.
-
-        Examples
-        --------
-        >>> x = kaionb.random.default_rng(0).random(1000, dtype=np.float32)
-        >>> bool(((x.get() >= 0) & (x.get() < 1)).all())
-        True
-        """
         return uniform_fwd(self._philox, 0.0, 1.0, size, dtype, out=out, op="random")
 
+    @_documented
     def uniform(self, low=0.0, high=1.0, size=None, dtype=np.float64, *,
                 out=None) -> DeviceArray:
-        """Draw floats uniformly from [low, high).
-
-        ``low`` and ``high`` are rounded to ``dtype`` first; ``high`` is never drawn,
-        after rounding either. low == high gives low.
-
-        Parameters
-        ----------
-        low, high : float, optional
-            The interval (finite in ``dtype``, low <= high, high − low finite).
-        size : int, tuple of int or None, optional
-            The shape (None: 0-d, or ``out``'s shape).
-        dtype : dtype, optional
-            One of float64 (default), float32, float16 or bfloat16.
-        out : DeviceArray, optional
-            A C-contiguous array of the shape and dtype to fill.
-
-        Returns
-        -------
-        DeviceArray
-            The draws (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError
-            Bounds that are not real numbers, another dtype, or a bad ``size`` / ``out``.
-        ValueError
-            Bounds not finite in ``dtype``, low > high, a negative size, or an ``out`` of
-            another shape.
-
-        Examples
-        --------
-        >>> x = kaionb.random.default_rng(0).uniform(-1.0, 1.0, (2, 3))
-        >>> x.shape, x.dtype
-        ((2, 3), dtype('float64'))
-        """
         return uniform_fwd(self._philox, low, high, size, dtype, out=out)
 
+    @_documented
     def standard_normal(self, size=None, dtype=np.float64, *, out=None) -> DeviceArray:
-        """Draw N(0, 1) floats (Box-Muller; float32 and the half types computed in float32).
-
-        Parameters
-        ----------
-        size : int, tuple of int or None, optional
-            The shape (None: 0-d, or ``out``'s shape).
-        dtype : dtype, optional
-            One of float64 (default), float32, float16 or bfloat16.
-        out : DeviceArray, optional
-            A C-contiguous array of the shape and dtype to fill.
-
-        Returns
-        -------
-        DeviceArray
-            The draws (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError
-            Another dtype, or a bad ``size`` / ``out``.
-        ValueError
-            A negative size, or an ``out`` of another shape or not C-contiguous.
-
-        Examples
-        --------
-        >>> x = kaionb.random.default_rng(0).standard_normal(100_000, dtype=np.float32)
-        >>> abs(float(x.mean().item())) < 0.02
-        True
-        """
         return normal_fwd(self._philox, 0.0, 1.0, size, dtype, out=out,
                           op="standard_normal")
 
+    @_documented
     def normal(self, loc=0.0, scale=1.0, size=None, dtype=np.float64) -> DeviceArray:
-        """Draw N(loc, scale²) floats: ``loc + scale * standard_normal``.
-
-        Parameters
-        ----------
-        loc : float, optional
-            The mean (finite in ``dtype``).
-        scale : float, optional
-            The standard deviation (>= 0).
-        size : int, tuple of int or None, optional
-            The shape (None: 0-d).
-        dtype : dtype, optional
-            One of float64 (default), float32, float16 or bfloat16.
-
-        Returns
-        -------
-        DeviceArray
-            The draws.
-
-        Raises
-        ------
-        TypeError
-            Parameters that are not real numbers, another dtype, or a bad ``size``.
-        ValueError
-            A ``loc`` or ``scale`` not finite in ``dtype``, a negative ``scale``, or a
-            negative size.
-
-        Examples
-        --------
-        >>> x = kaionb.random.default_rng(0).normal(10.0, 0.1, 1000, dtype=np.float32)
-        >>> 9.9 < float(x.mean().item()) < 10.1
-        True
-        """
         return normal_fwd(self._philox, loc, scale, size, dtype)
 
+    @_documented
     def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False, *,
                  out=None) -> DeviceArray:
-        """Draw integers uniformly from [low, high), or [low, high] with ``endpoint``.
-
-        ``high=None`` draws from [0, low).
-
-        Parameters
-        ----------
-        low : int
-            The lowest value (or the upper bound when ``high`` is None).
-        high : int, optional
-            The upper bound (excluded unless ``endpoint``).
-        size : int, tuple of int or None, optional
-            The shape (None: 0-d, or ``out``'s shape).
-        dtype : dtype, optional
-            Any integer dtype or bool; int64 by default.
-        endpoint : bool, optional
-            Include ``high``.
-        out : DeviceArray, optional
-            A C-contiguous array of the shape and dtype to fill.
-
-        Returns
-        -------
-        DeviceArray
-            The draws (``out`` itself when given).
-
-        Raises
-        ------
-        TypeError
-            Bounds that are not ints, a dtype that is not an integer type or bool, or a bad
-            ``size`` / ``out``.
-        ValueError
-            Bounds outside the dtype, an empty interval (high <= low), or a negative size.
-
-        Examples
-        --------
-        >>> w = kaionb.random.default_rng(0).integers(-127, 128, size=(64, 64), dtype=np.int8)
-        >>> w.dtype, int(w.min().item()) >= -127
-        (dtype('int8'), True)
-        """
         if high is None:
             low, high = 0, low
         return integers_fwd(self._philox, low, high, size, dtype, endpoint, out=out)
@@ -339,162 +308,26 @@ def _rng(seed) -> Generator:
     return _SHARED
 
 
+@_documented
 def standard_normal(size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """Draw N(0, 1) floats (see :meth:`Generator.standard_normal`).
-
-    Parameters
-    ----------
-    size : int, tuple of int or None, optional
-        The shape (None: 0-d).
-    dtype : dtype, optional
-        One of float64 (default), float32, float16 or bfloat16.
-    seed : int, numpy.random.SeedSequence or None, optional
-        Draw from ``default_rng(seed)``; None draws from the module's generator (seeded
-        from fresh entropy on first use).
-
-    Returns
-    -------
-    DeviceArray
-        The draws.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :meth:`Generator.standard_normal`, and for a bad seed.
-
-    Examples
-    --------
-    >>> kaionb.random.standard_normal((2, 2), seed=0).shape
-    (2, 2)
-    """
     return _rng(seed).standard_normal(size, dtype)
 
 
+@_documented
 def normal(loc=0.0, scale=1.0, size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """Draw N(loc, scale²) floats (see :meth:`Generator.normal`).
-
-    Parameters
-    ----------
-    loc : float, optional
-        The mean.
-    scale : float, optional
-        The standard deviation (>= 0).
-    size : int, tuple of int or None, optional
-        The shape (None: 0-d).
-    dtype : dtype, optional
-        One of float64 (default), float32, float16 or bfloat16.
-    seed : int, numpy.random.SeedSequence or None, optional
-        Draw from ``default_rng(seed)``; None draws from the module's generator.
-
-    Returns
-    -------
-    DeviceArray
-        The draws.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :meth:`Generator.normal`, and for a bad seed.
-
-    Examples
-    --------
-    >>> kaionb.random.normal(0.0, 2.0, 8, np.float16, seed=1).dtype
-    dtype('float16')
-    """
     return _rng(seed).normal(loc, scale, size, dtype)
 
 
+@_documented
 def uniform(low=0.0, high=1.0, size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """Draw floats uniformly from [low, high) (see :meth:`Generator.uniform`).
-
-    Parameters
-    ----------
-    low, high : float, optional
-        The interval.
-    size : int, tuple of int or None, optional
-        The shape (None: 0-d).
-    dtype : dtype, optional
-        One of float64 (default), float32, float16 or bfloat16.
-    seed : int, numpy.random.SeedSequence or None, optional
-        Draw from ``default_rng(seed)``; None draws from the module's generator.
-
-    Returns
-    -------
-    DeviceArray
-        The draws.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :meth:`Generator.uniform`, and for a bad seed.
-
-    Examples
-    --------
-    >>> kaionb.random.uniform(0.0, 10.0, 5, seed=3).shape
-    (5,)
-    """
     return _rng(seed).uniform(low, high, size, dtype)
 
 
+@_documented
 def integers(low, high=None, size=None, dtype=np.int64, *, seed=None) -> DeviceArray:
-    """Draw integers uniformly from [low, high) (see :meth:`Generator.integers`).
-
-    Parameters
-    ----------
-    low : int
-        The lowest value (or the upper bound when ``high`` is None).
-    high : int, optional
-        The upper bound (excluded).
-    size : int, tuple of int or None, optional
-        The shape (None: 0-d).
-    dtype : dtype, optional
-        Any integer dtype or bool; int64 by default.
-    seed : int, numpy.random.SeedSequence or None, optional
-        Draw from ``default_rng(seed)``; None draws from the module's generator.
-
-    Returns
-    -------
-    DeviceArray
-        The draws.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :meth:`Generator.integers`, and for a bad seed.
-
-    Examples
-    --------
-    >>> kaionb.random.integers(10, size=3, seed=0).dtype
-    dtype('int64')
-    """
     return _rng(seed).integers(low, high, size, dtype)
 
 
+@_documented
 def random(size=None, dtype=np.float64, *, seed=None) -> DeviceArray:
-    """Draw floats uniformly from [0, 1) (see :meth:`Generator.random`).
-
-    Parameters
-    ----------
-    size : int, tuple of int or None, optional
-        The shape (None: 0-d).
-    dtype : dtype, optional
-        One of float64 (default), float32, float16 or bfloat16.
-    seed : int, numpy.random.SeedSequence or None, optional
-        Draw from ``default_rng(seed)``; None draws from the module's generator.
-
-    Returns
-    -------
-    DeviceArray
-        The draws.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :meth:`Generator.random`, and for a bad seed.
-
-    Examples
-    --------
-    >>> kaionb.random.random(seed=0).shape
-    ()
-    """
     return _rng(seed).random(size, dtype)

@@ -56,8 +56,10 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 import math
 import numbers
+import textwrap
 import warnings
 from typing import NamedTuple
 
@@ -837,143 +839,189 @@ def _spread(g, x, axis, keepdims, scale):
     return multiply(g, scale).astype(np.float32) if scale != 1 else g.astype(np.float32)
 
 
+# The docstrings of these functions and of the DeviceArray methods that call them, from one
+# template (_docstring), per op: the summary (the method's adds "as kaionb.<op>"), what the
+# function's summary line adds, the function's extended summary, what Returns names, the
+# function's examples (calls on ``x`` and their output, alternating) and the method's
+# (a call on ``kaionb.asarray(_DATA)`` and its output).
+_DATA = "[[1.0, 2.0], [3.0, 4.0]]"
+
+
+class _Doc(NamedTuple):
+    summary: str
+    more: str
+    notes: str
+    result: str
+    examples: tuple
+    method: tuple
+    data: str = _DATA  # x in the function's examples
+
+
+_TAPED = (" Recorded on the active :class:`kaionb.grad.Tape` when ``x`` requires a "
+          "gradient.")
+_DOCS = {
+    "sum": _Doc(
+        "Sum of the elements over ``axis``", "",
+        "The result dtype is NumPy's: integers and bool give int64 (unsigned: uint64), float "
+        "types keep theirs (float16 and bfloat16 accumulate in float32); ``dtype=`` casts the "
+        "input first." + _TAPED, "sums",
+        ("kaionb.sum(x).item()", "10.0", "kaionb.sum(x, axis=0).get()", "array([4., 6.])"),
+        ("sum(axis=1).get()", "array([3., 7.])")),
+    "prod": _Doc(
+        "Product of the elements over ``axis``", "",
+        "Result dtypes as :func:`sum`'s; integer products wrap around, as NumPy's do. A "
+        "product over no elements is 1.", "products",
+        ("kaionb.prod(x, axis=1).get()", "array([ 2., 12.])"),
+        ("prod(axis=0).get()", "array([3., 8.])")),
+    "mean": _Doc(
+        "Arithmetic mean of the elements over ``axis``", "",
+        "Integers and bool give float64; float types keep theirs (float16 and bfloat16 "
+        "accumulate in float32). The mean of no elements is NaN." + _TAPED, "means",
+        ("kaionb.mean(x, axis=1).get()", "array([1.5, 3.5])"),
+        ("mean().item()", "2.5")),
+    "max": _Doc(
+        "Largest element over ``axis``", "",
+        "NaN if any reduced element is NaN (as NumPy's ``max``); the result has ``x``'s "
+        "dtype.", "largest values",
+        ("kaionb.max(x, axis=0).get()", "array([3., 4.])"),
+        ("max(axis=1).get()", "array([2., 4.])")),
+    "min": _Doc(
+        "Smallest element over ``axis``", "",
+        "NaN if any reduced element is NaN (as NumPy's ``min``); the result has ``x``'s "
+        "dtype.", "smallest values",
+        ("kaionb.min(x, axis=0).get()", "array([1., 2.])"),
+        ("min(axis=0).get()", "array([1., 2.])")),
+    "argmax": _Doc(
+        "Index of the largest element along ``axis``", "",
+        "An int64 index: of the first NaN if there is one, else of the first occurrence of "
+        "the largest value. With ``axis=None`` it indexes the flattened array (C order).",
+        "int64 indices",
+        ("kaionb.argmax(x).item()", "3", "kaionb.argmax(x, axis=1).get()", "array([1, 1])"),
+        ("argmax(axis=0).get()", "array([1, 1])")),
+    "argmin": _Doc(
+        "Index of the smallest element along ``axis``", "",
+        "As :func:`argmax`: an int64 index of the first NaN if there is one, else of the "
+        "first occurrence of the smallest value; ``axis=None`` indexes the flattened array.",
+        "int64 indices",
+        ("kaionb.argmin(x, axis=0).get()", "array([0, 0])"),
+        ("argmin(axis=1).get()", "array([0, 0])")),
+    "var": _Doc(
+        "Variance of the elements over ``axis``", ": Σ(x − mean)² / (N − correction)",
+        "Two passes (the mean, then the squared deviations). Integers and bool give float64; "
+        "float types keep theirs. N − correction <= 0 gives inf or NaN.", "variances",
+        ("kaionb.var(x, axis=0).get()", "array([1., 1.])",
+         "kaionb.var(x, axis=0, correction=1).get()", "array([2., 2.])"),
+        ("var(axis=1).get()", "array([0.25, 0.25])")),
+    "std": _Doc(
+        "Standard deviation of the elements over ``axis``", ": the square root of :func:`var`",
+        "Dtypes and the divisor N − correction as :func:`var`'s.", "standard deviations",
+        ("kaionb.std(x, axis=1).get()", "array([0.5, 0.5])"),
+        ("std(axis=0).get()", "array([1., 1.])")),
+    "any": _Doc(
+        "Test whether any element along ``axis`` is nonzero", "",
+        "NaN counts as nonzero; over no elements the result is False. The result is bool.",
+        "bool results",
+        ("kaionb.any(x, axis=1).get()", "array([False,  True])"),
+        ("any(axis=0).get()", "array([ True,  True])"), "[[0, 0], [0, 3]]"),
+    "all": _Doc(
+        "Test whether every element along ``axis`` is nonzero", "",
+        "NaN counts as nonzero; over no elements the result is True. The result is bool.",
+        "bool results",
+        ("kaionb.all(x, axis=1).get()", "array([ True, False])"),
+        ("all().item()", "True"), "[[1, 2], [0, 3]]"),
+}
+
+# The parameters (type, description), by name; ``{x}``: what the method is called on.
+_PARAMS = {
+    "x": ("DeviceArray or array_like",
+          "The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy "
+          "arrays are copied to the device)."),
+    "axis": ("int, tuple of int or None, optional",
+             "The axes to reduce (negative ones count from the end); None reduces them all."),
+    "dtype": ("dtype, optional", "The result dtype; the input is cast to it first."),
+    "correction": ("float, optional",
+                   "Subtracted from N in the divisor (0: the population variance, 1: the "
+                   "sample variance)."),
+    "ddof": ("float, optional", "NumPy's name for ``correction``; give one of the two."),
+    "keepdims": ("bool, optional",
+                 "Keep the reduced axes with size 1, so that the result broadcasts against "
+                 "{x}."),
+    "out": ("DeviceArray, optional",
+            "A C-contiguous array of the result's shape and dtype to write."),
+}
+_SEARCH_AXIS = ("int or None, optional",  # argmax / argmin: one axis
+                "The axis to search (negative counts from the end); None searches the "
+                "flattened array (C order).")
+
+
+def _wrap(text: str) -> str:
+    """A description under its numpydoc heading: indented 4, lines of at most 88."""
+    return textwrap.fill(text, 88, initial_indent="    ", subsequent_indent="    ")
+
+
+def _docstring(fn) -> str:
+    """The numpydoc docstring of the reduction ``fn``: a function here, or the DeviceArray
+    method of that name (no ``x``; its errors are the function's)."""
+    name = fn.__name__
+    doc = _DOCS[name]
+    method = fn.__qualname__ != name
+    params = [p for p in inspect.signature(fn).parameters if p != "self"]
+    entries = {**_PARAMS, "axis": _SEARCH_AXIS} if name in _ARG_OPS else _PARAMS
+    parameters = "\n".join(
+        f"{p} : {entries[p][0]}\n"
+        + _wrap(entries[p][1].format(x="the array" if method else "``x``"))
+        for p in params)
+    if method:
+        summary = f"{doc.summary}, as :func:`kaionb.{name}`."
+        raises = f"TypeError, ValueError\n    As :func:`kaionb.{name}`."
+        call, result = doc.method
+        examples = f">>> kaionb.asarray({_DATA}).{call}\n{result}"
+    else:
+        summary = f"{doc.summary}{doc.more}.\n\n" + textwrap.fill(doc.notes, 88)
+        type_errors = "".join((
+            "``x`` that is not an array (None included), an ``axis`` that is not an int or a "
+            "tuple of ints", " (a tuple included)" if name in _ARG_OPS else "",
+            ", a ``dtype`` kaionb does not store" if "dtype" in params else "",
+            ", a ``correction`` that is not a real number" if "correction" in params else "",
+            ", or an ``out`` that is not a DeviceArray or has another dtype."))
+        empty = ("" if name not in _EMPTY_ERRORS else
+                 ", or a search over no elements" if name in _ARG_OPS else
+                 ", or a reduction over no elements (zero-size axes)")
+        value_errors = "".join((
+            "An ``out`` of another shape or not C-contiguous", empty,
+            ", or both ``correction`` and ``ddof`` given" if "ddof" in params else "", "."))
+        raises = (f"TypeError\n{_wrap(type_errors)}\nValueError\n{_wrap(value_errors)}\n"
+                  "numpy.exceptions.AxisError\n    An axis out of range or repeated (a "
+                  "ValueError and an IndexError, as NumPy's).")
+        examples = "\n".join([f">>> x = kaionb.asarray({doc.data})"] + [
+            f">>> {line}" if i % 2 == 0 else line for i, line in enumerate(doc.examples)])
+    sections = {"Parameters": parameters,
+                "Returns": f"DeviceArray\n    The {doc.result} (``out`` itself when given).",
+                "Raises": raises, "Examples": examples}
+    return summary + "".join(f"\n\n{title}\n{'-' * len(title)}\n{body}"
+                             for title, body in sections.items()) + "\n"
+
+
+def _documented(fn):
+    """``fn`` with its docstring from the template (_docstring)."""
+    fn.__doc__ = _docstring(fn)
+    return fn
+
+
+@_documented
 def sum(x, axis=None, *, dtype=None, keepdims=False, out=None):  # noqa: A001
-    """Sum of the elements over ``axis``.
-
-    The result dtype is NumPy's: integers and bool give int64 (unsigned: uint64), float
-    types keep theirs (float16 and bfloat16 accumulate in float32); ``dtype=`` casts the
-    input first. Recorded on the active :class:`kaionb.grad.Tape` when ``x`` requires a
-    gradient.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    dtype : dtype, optional
-        The result dtype; the input is cast to it first.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The sums (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
-        ints, or a ``dtype`` kaionb does not store, or an ``out`` that is not a DeviceArray or
-        has another dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.sum(x).item()
-    10.0
-    >>> kaionb.sum(x, axis=0).get()
-    array([4., 6.])
-    """
     y = reduce_fwd("sum", x, axis, dtype, keepdims, out=out)
     record(lambda g: (_spread(g, x, axis, keepdims, 1.0),), (x,), (y,))
     return y
 
 
+@_documented
 def prod(x, axis=None, *, dtype=None, keepdims=False, out=None):
-    """Product of the elements over ``axis``.
-
-    Result dtypes as :func:`sum`'s; integer products wrap around, as NumPy's do. A product
-    over no elements is 1.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    dtype : dtype, optional
-        The result dtype; the input is cast to it first.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The products (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
-        ints, or a ``dtype`` kaionb does not store, or an ``out`` that is not a DeviceArray or
-        has another dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.prod(x, axis=1).get()
-    array([ 2., 12.])
-    """
     return reduce_fwd("prod", x, axis, dtype, keepdims, out=out)
 
 
+@_documented
 def mean(x, axis=None, *, keepdims=False, out=None):
-    """Arithmetic mean of the elements over ``axis``.
-
-    Integers and bool give float64; float types keep theirs (float16 and bfloat16
-    accumulate in float32). The mean of no elements is NaN. Recorded on the active
-    :class:`kaionb.grad.Tape` when ``x`` requires a gradient.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The means (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
-        tuple of ints, or an ``out`` that is not a DeviceArray or has another
-        dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.mean(x, axis=1).get()
-    array([1.5, 3.5])
-    """
     y = reduce_fwd("mean", x, axis, None, keepdims, out=out)
     count = x.size // builtins.max(y.size, 1) if isinstance(x, DeviceArray) else 1
     record(lambda g: (_spread(g, x, axis, keepdims, 1.0 / builtins.max(count, 1)),), (x,),
@@ -981,366 +1029,49 @@ def mean(x, axis=None, *, keepdims=False, out=None):
     return y
 
 
+@_documented
 def max(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Largest element over ``axis``.
-
-    NaN if any reduced element is NaN (as NumPy's ``max``); the result has ``x``'s dtype.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The largest values (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
-        tuple of ints, or an ``out`` that is not a DeviceArray or has another
-        dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous, or a reduction over no elements
-        (zero-size axes).
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.max(x, axis=0).get()
-    array([3., 4.])
-    """
     return reduce_fwd("max", x, axis, None, keepdims, out=out)
 
 
+@_documented
 def min(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Smallest element over ``axis``.
-
-    NaN if any reduced element is NaN (as NumPy's ``min``); the result has ``x``'s dtype.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The smallest values (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
-        tuple of ints, or an ``out`` that is not a DeviceArray or has another
-        dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous, or a reduction over no elements
-        (zero-size axes).
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.min(x, axis=0).get()
-    array([1., 2.])
-    """
     return reduce_fwd("min", x, axis, None, keepdims, out=out)
 
 
+@_documented
 def argmax(x, axis=None, *, keepdims=False, out=None):
-    """Index of the largest element along ``axis``.
-
-    An int64 index: of the first NaN if there is one, else of the first occurrence of
-    the largest value. With ``axis=None`` it indexes the flattened array (C order).
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int or None, optional
-        The axis to search (negative counts from the end); None searches the flattened
-        array (C order).
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The int64 indices (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
-        tuple of ints (a tuple included), or an ``out`` that is not a DeviceArray or has another
-        dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous, or a search over no elements.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.argmax(x).item()
-    3
-    >>> kaionb.argmax(x, axis=1).get()
-    array([1, 1])
-    """
     return reduce_fwd("argmax", x, axis, None, keepdims, out=out)
 
 
+@_documented
 def argmin(x, axis=None, *, keepdims=False, out=None):
-    """Index of the smallest element along ``axis``.
-
-    As :func:`argmax`: an int64 index of the first NaN if there is one, else of the first
-    occurrence of the smallest value; ``axis=None`` indexes the flattened array.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int or None, optional
-        The axis to search (negative counts from the end); None searches the flattened
-        array (C order).
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The int64 indices (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
-        tuple of ints (a tuple included), or an ``out`` that is not a DeviceArray or has another
-        dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous, or a search over no elements.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.argmin(x, axis=0).get()
-    array([0, 0])
-    """
     return reduce_fwd("argmin", x, axis, None, keepdims, out=out)
 
 
+@_documented
 def var(x, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
-    """Variance of the elements over ``axis``: Σ(x − mean)² / (N − correction).
-
-    Two passes (the mean, then the squared deviations). Integers and bool give float64;
-    float types keep theirs. N − correction <= 0 gives inf or NaN.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    correction : float, optional
-        Subtracted from N in the divisor (0: the population variance, 1: the sample
-        variance).
-    ddof : float, optional
-        NumPy's name for ``correction``; give one of the two.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The variances (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
-        ints, a ``correction`` that is not a real number, or an ``out`` that is not a
-        DeviceArray or has another dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous, or both ``correction`` and ``ddof``
-        given.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.var(x, axis=0).get()
-    array([1., 1.])
-    >>> kaionb.var(x, axis=0, correction=1).get()
-    array([2., 2.])
-    """
     correction = _check_correction("var", correction, ddof)
     return reduce_fwd("var", x, axis, None, keepdims, correction, out=out)
 
 
+@_documented
 def std(x, axis=None, *, correction=0, ddof=None, keepdims=False, out=None):
-    """Standard deviation of the elements over ``axis``: the square root of :func:`var`.
-
-    Dtypes and the divisor N − correction as :func:`var`'s.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    correction : float, optional
-        Subtracted from N in the divisor (0: the population variance, 1: the sample
-        variance).
-    ddof : float, optional
-        NumPy's name for ``correction``; give one of the two.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The standard deviations (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a tuple of
-        ints, a ``correction`` that is not a real number, or an ``out`` that is not a
-        DeviceArray or has another dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous, or both ``correction`` and ``ddof``
-        given.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1.0, 2.0], [3.0, 4.0]])
-    >>> kaionb.std(x, axis=1).get()
-    array([0.5, 0.5])
-    """
     correction = _check_correction("std", correction, ddof)
     return reduce_fwd("std", x, axis, None, keepdims, correction, out=out)
 
 
+@_documented
 def any(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Test whether any element along ``axis`` is nonzero.
-
-    NaN counts as nonzero; over no elements the result is False. The result is bool.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The bool results (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
-        tuple of ints, or an ``out`` that is not a DeviceArray or has another
-        dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[0, 0], [0, 3]])
-    >>> kaionb.any(x, axis=1).get()
-    array([False,  True])
-    """
     return reduce_fwd("any", x, axis, None, keepdims, out=out)
 
 
+@_documented
 def all(x, axis=None, *, keepdims=False, out=None):  # noqa: A001
-    """Test whether every element along ``axis`` is nonzero.
-
-    NaN counts as nonzero; over no elements the result is True. The result is bool.
-
-    Parameters
-    ----------
-    x : DeviceArray or array_like
-        The input, any strides (GPU arrays of other libraries are used zero-copy, NumPy
-        arrays are copied to the device).
-    axis : int, tuple of int or None, optional
-        The axes to reduce (negative ones count from the end); None reduces them all.
-    keepdims : bool, optional
-        Keep the reduced axes with size 1, so that the result broadcasts against ``x``.
-    out : DeviceArray, optional
-        A C-contiguous array of the result's shape and dtype to write.
-
-    Returns
-    -------
-    DeviceArray
-        The bool results (``out`` itself when given).
-
-    Raises
-    ------
-    TypeError
-        ``x`` that is not an array (None included), an ``axis`` that is not an int or a
-        tuple of ints, or an ``out`` that is not a DeviceArray or has another
-        dtype.
-    ValueError
-        An ``out`` of another shape or not C-contiguous.
-    numpy.exceptions.AxisError
-        An axis out of range or repeated (a ValueError and an IndexError, as NumPy's).
-
-    Examples
-    --------
-    >>> x = kaionb.asarray([[1, 2], [0, 3]])
-    >>> kaionb.all(x, axis=1).get()
-    array([ True, False])
-    """
     return reduce_fwd("all", x, axis, None, keepdims, out=out)
 
 
 for _fn in (sum, prod, mean, max, min, argmax, argmin, var, std, any, all):
     register_kernel(_fn.__name__, _fn)
+    _method = getattr(DeviceArray, _fn.__name__)
+    _method.__doc__ = _docstring(_method)
