@@ -6,8 +6,9 @@ and the time per call against torch.
     python benchmarks/plot_results.py [--results-dir asv_results] [--machine NAME]
                                       [--commit PREFIX] [--output-dir docs/figures]
 
-One results file is read (the newest run, of --machine and --commit when given) as plain
-JSON, without asv. Writes matmul.png, primitives.png and call_overhead.png, each with the
+Each figure is drawn from one results file, read as plain JSON without asv: the newest
+run (of --machine and --commit when given) that holds its benchmarks — a run of part of
+the suite leaves the other figures to older runs. Writes matmul.png, primitives.png and call_overhead.png, each with the
 GPU (asv's machine name), the date of the run, the commit and the commands in its footer.
 A figure whose benchmarks hold no finite value (a failed or skipped run) is left out with
 a note. Drawing needs matplotlib (the ``bench`` extra); reading the results does not.
@@ -57,17 +58,18 @@ class Run:
         return min(self.benchmarks[name]["started_at"] for name in names)
 
 
-def find_run(results_dir, machine=None, commit=None):
+def find_run(results_dir, machine=None, commit=None, needs=()):
     """The results file under ``results_dir`` of the newest run (latest benchmark start),
-    of ``machine`` and of a commit starting with ``commit`` when given."""
+    of ``machine`` and of a commit starting with ``commit`` when given, holding values
+    for every benchmark named in ``needs`` (a run of part of the suite lacks the rest).
+    None when no run qualifies."""
     # asv_results/<machine>/ holds machine.json beside the results files.
     runs = [Run.load(path) for path in sorted(Path(results_dir).glob(f"{machine or '*'}/*.json"))
             if path.name != "machine.json"]
-    runs = [run for run in runs if run.commit.startswith(commit or "")]
+    runs = [run for run in runs if run.commit.startswith(commit or "")
+            and all(benchmark_values(run, name) is not None for name in needs)]
     if not runs:
-        raise SystemExit(f"no asv results in {results_dir}"
-                         + (f" for machine {machine}" if machine else "")
-                         + (f" for commit {commit}" if commit else ""))
+        return None
     # A run for the same commit can add to the file later; its last start is its newest.
     return max(runs, key=lambda run: max(
         (row.get("started_at") or 0 for row in run.benchmarks.values()), default=0))
@@ -296,18 +298,21 @@ def main(argv=None):
     except ImportError:
         raise SystemExit("plot_results.py needs matplotlib (pip install matplotlib, or the "
                          "bench extra)") from None
-    run = find_run(args.results_dir, args.machine, args.commit)
-    print(f"results: {run.path} ({run.gpu}, commit {run.commit[:8]})")
+    if find_run(args.results_dir, args.machine, args.commit) is None:
+        raise SystemExit(f"no asv results in {args.results_dir}"
+                         + (f" for machine {args.machine}" if args.machine else "")
+                         + (f" for commit {args.commit}" if args.commit else ""))
     written = []
     for figure in FIGURES:
-        empty = [name for name in figure.benchmarks if benchmark_values(run, name) is None]
-        if empty:
-            print(f"skipped {figure.filename}: no results for {', '.join(empty)}")
+        run = find_run(args.results_dir, args.machine, args.commit, figure.benchmarks)
+        if run is None:
+            print(f"skipped {figure.filename}: no run holds results for "
+                  f"{', '.join(figure.benchmarks)}")
             continue
         args.output_dir.mkdir(parents=True, exist_ok=True)  # not for a run with no data
         path = args.output_dir / figure.filename
         figure.plot(figure.series(run), footer(run, figure.benchmarks), path)
-        print(f"wrote {path}")
+        print(f"wrote {path} from {run.path.name} ({run.gpu}, commit {run.commit[:8]})")
         written.append(path)
     return written
 

@@ -129,8 +129,21 @@ def test_newest_run_of_machine_and_commit(tmp_path):
     assert plot_results.find_run(tmp_path).path == other
     assert plot_results.find_run(tmp_path, machine=MACHINE).path == new
     assert plot_results.find_run(tmp_path, MACHINE, commit="aaaa").path == old
-    with pytest.raises(SystemExit, match="no asv results"):
-        plot_results.find_run(tmp_path, MACHINE, commit="d")
+    assert plot_results.find_run(tmp_path, MACHINE, commit="d") is None
+
+
+def test_newest_run_holding_the_benchmarks(tmp_path):
+    # A later run of part of the suite leaves a figure's benchmarks to the run that has
+    # them (and that figure's footer names that run).
+    full = write_run(tmp_path, MATMUL | PRIMITIVES, commit="a" * 40,
+                     started_ms=STARTED_MS - 3_600_000)
+    part = write_run(tmp_path, PRIMITIVES, commit="b" * 40)
+    assert plot_results.find_run(tmp_path).path == part
+    assert plot_results.find_run(tmp_path, needs=list(PRIMITIVES)).path == part
+    run = plot_results.find_run(tmp_path, needs=list(MATMUL))
+    assert run.path == full
+    assert "commit aaaaaaaa" in plot_results.footer(run, list(MATMUL))
+    assert plot_results.find_run(tmp_path, needs=list(CALL_OVERHEAD)) is None
 
 
 def test_figures(tmp_path, capsys):
@@ -144,7 +157,7 @@ def test_figures(tmp_path, capsys):
                                  "--output-dir", str(tmp_path / "figures")])
     assert [path.name for path in written] == ["matmul.png", "primitives.png"]
     assert not (tmp_path / "figures" / "call_overhead.png").exists()
-    assert ("skipped call_overhead.png: no results for "
+    assert ("skipped call_overhead.png: no run holds results for "
             "call_overhead.CallOverhead.track_kaionb_us_per_call") in capsys.readouterr().out
     for path in written:
         assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
