@@ -394,6 +394,35 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     XS, GS = x_codec.storage, g_codec.storage
 
     @device_function
+    def accumulate(sums, fx, fg, fw, shift):
+        """One chunk into the row sums Σ d², Σ dy·d (and for LayerNorm Σ dy, Σ d), with
+        d = x − shift and dy = g·w."""
+        for j in range(CH):
+            d = fx[j] - shift
+            dy = fg[j] * fw[j]
+            sums[0] += d * d
+            sums[1] += dy * d
+            if LAYER_NORM:
+                sums[2] += dy
+                sums[3] += d
+
+    @device_function
+    def row_stats(sums, shift, inv_n, eps):
+        """(mean, rstd, c1 = mean(dy·x̂), c2 = mean(dy)) from the reduced row sums."""
+        var = sums[0] * inv_n
+        dyd = sums[1] * inv_n  # mean(dy · (x − shift))
+        mean = float32(0.0)
+        c2 = float32(0.0)
+        if LAYER_NORM:
+            dm = sums[3] * inv_n
+            mean = shift + dm
+            var = max(var - dm * dm, float32(0.0))
+            c2 = sums[2] * inv_n
+            dyd -= dm * c2  # mean(dy · (x − mean))
+        rstd = rsqrt_approx_f32(var + eps)
+        return mean, rstd, dyd * rstd, c2
+
+    @device_function
     def stage_row(x, g, r, c0, nc, cache, at, g_at):
         """cp.async this thread's chunks of row r (chunks c0 + v, v < nc) to the stage at
         word ``at``: x chunk v at ``at + v·XW``, g chunk v at ``at + g_at + v·GW``."""
@@ -501,31 +530,13 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                         g_unpack(rg, k * GW, fg)
                         x_load_aligned(w, 0, (c0 + v) * CH, rwt, 0)
                         x_unpack(rwt, 0, fw)
-                        for j in range(CH):
-                            d = fx[j] - shift
-                            dy = fg[j] * fw[j]
-                            sums[0] += d * d
-                            sums[1] += dy * d
-                            if LAYER_NORM:
-                                sums[2] += dy
-                                sums[3] += d
+                        accumulate(sums, fx, fg, fw, shift)
                 row_sums(sums, scratch, slots, red_at)
                 red_at ^= 4
                 if stages == 1 and nxt < rows:
                     stage_row(x, g, nxt, c0, nc, cache, 0, g_at)
                     cp_async_commit_group()
-                var = sums[0] * inv_n
-                dyd = sums[1] * inv_n  # mean(dy · (x − shift))
-                mean = float32(0.0)
-                c2 = float32(0.0)
-                if LAYER_NORM:
-                    dm = sums[3] * inv_n
-                    mean = shift + dm
-                    var = max(var - dm * dm, float32(0.0))
-                    c2 = sums[2] * inv_n  # mean(dy)
-                    dyd -= dm * c2  # mean(dy · (x − mean))
-                rstd = rsqrt_approx_f32(var + eps)
-                c1 = dyd * rstd  # mean(dy · x̂)
+                mean, rstd, c1, c2 = row_stats(sums, shift, inv_n, eps)
                 for k in range(KC):
                     v = t + k * T
                     if v < nc:
@@ -583,27 +594,9 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 g_unpack(rg, 0, fg)
                 x_load(w, 0, e0, n, 0, rwt, 0)
                 x_unpack(rwt, 0, fw)
-                for j in range(CH):
-                    d = fx[j] - shift
-                    dy = fg[j] * fw[j]
-                    sums[0] += d * d
-                    sums[1] += dy * d
-                    if LAYER_NORM:
-                        sums[2] += dy
-                        sums[3] += d
+                accumulate(sums, fx, fg, fw, shift)
             stream_sums(sums, scratch)
-            var = sums[0] * inv_n
-            dyd = sums[1] * inv_n  # mean(dy · (x − shift))
-            mean = float32(0.0)
-            c2 = float32(0.0)
-            if LAYER_NORM:
-                dm = sums[3] * inv_n
-                mean = shift + dm
-                var = max(var - dm * dm, float32(0.0))
-                c2 = sums[2] * inv_n
-                dyd -= dm * c2  # mean(dy · (x − mean))
-            rstd = rsqrt_approx_f32(var + eps)
-            c1 = dyd * rstd
+            mean, rstd, c1, c2 = row_stats(sums, shift, inv_n, eps)
             fresh = r == p  # the block's first row writes its dw row, later rows add to it
             for v in range(t, nc, T):
                 e0 = v * CH - head
