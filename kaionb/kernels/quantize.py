@@ -69,11 +69,6 @@ from .op import C_CONTIGUOUS, LAST_AXIS, Plan, fast_path, output, outputs, run
 TENSOR, ROW, COL = 0, 1, 2
 # Rows each block of the column absmax kernel folds before its atomic update.
 COL_ROWS_PER_BLOCK = 64
-# int8 words4 per thread of the elementwise quantize / dequantize kernels, loads issued
-# first (MAP_UNROLL = 4 left the loops rolled: the buffer in local memory); the grid gives
-# each thread one step of them (sized for 4 they looped twice: dequantize f16 77% of copy,
-# where a CUDA C kernel with one words4 a thread and no loop read 89%).
-STEPS = 2
 
 
 def _make_absmax_kernel(codec, name):
@@ -162,7 +157,7 @@ def _make_quantize_int8_kernel(codec, name):
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC  # input words4 per int8 words4
-    U = STEPS
+    U = 2  # steps per thread (MAP_UNROLL = 4 left the loops rolled: raw in local memory)
     RAW = 4 * SUB * U
     load, unpack = codec.load, codec.unpack
     q_head, q_store = INT8.head, INT8.store
@@ -226,7 +221,7 @@ def _make_dequantize_int8_kernel(codec, name):
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC
-    U = STEPS
+    U = 2  # steps per thread (MAP_UNROLL = 4 left the loops rolled: raw in local memory)
     RAW = 4 * U
     store, pack = codec.store, codec.pack
     q_head, q_load = INT8.head, INT8.load
@@ -426,7 +421,7 @@ def _quantize_int8_launch(op, mode, x, q, scale):
         grid, _ = map_plan(codec, xv)
         Plan.of(_KERNELS["absmax", x.dtype], grid, (MAP_THREADS,)).launch(
             xv, amax, n, int(mode == ROW))
-    grid, _ = map_plan(INT8, qv, unroll=STEPS)
+    grid, _ = map_plan(INT8, qv)
     Plan.of(_KERNELS["quantize_int8", x.dtype], grid, (MAP_THREADS,)).launch(
         xv, amax, qv, scale.reshape(-1), n, mode)
 
@@ -452,7 +447,7 @@ def dequantize_int8_fwd(q, scale, axis=None, dtype=np.float32, *, out=None):
 
 def _dequantize_int8_launch(op, mode, q, scale, out):
     qv, ov = _views(op, mode, q=q, out=out)
-    grid, _ = map_plan(INT8, qv, unroll=STEPS)
+    grid, _ = map_plan(INT8, qv)
     Plan.of(_KERNELS["dequantize_int8", out.dtype], grid, (MAP_THREADS,)).launch(
         qv, scale.reshape(-1), ov, qv.shape[1], mode)
 

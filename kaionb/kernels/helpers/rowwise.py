@@ -412,17 +412,16 @@ MAP_UNROLL = 4
 MAX_GRID_X = 2**31 - 1
 
 
-def map_plan(codec, x2, *others, unroll=MAP_UNROLL):
-    """(grid, aligned) for an elementwise kernel over [rows, n] views whose threads take
-    ``unroll`` words4 per step: ``aligned`` (1) when every row of every array starts
-    16-byte aligned and n is a multiple of VEC, so the kernel can skip the per-words4 edge
-    checks."""
+def map_plan(codec, x2, *others):
+    """(grid, aligned) for an elementwise kernel over [rows, n] views: ``aligned`` (1) when
+    every row of every array starts 16-byte aligned and n is a multiple of VEC, so the
+    kernel can skip the per-words4 edge checks."""
     rows, n = x2.shape
     vec = codec.vec
     aligned = n % vec == 0 and _rows_aligned(x2) and all(_rows_aligned(a) for a in others)
     nv = -(-n // vec) + (0 if aligned else 1)
     gy = min(rows, 65535)
-    gx = max(1, min(-(-nv // (MAP_THREADS * unroll)), MAX_GRID_X))
+    gx = max(1, min(-(-nv // (MAP_THREADS * MAP_UNROLL)), MAX_GRID_X))
     return (gx, gy), int(aligned)
 
 
