@@ -368,7 +368,8 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
 
     ``cluster`` > 1 (sm_90, staged path): a row too wide for one block is split over the
     ``cluster`` CTAs of a thread-block cluster, rank k taking the k-th run of chunks; p
-    and P count clusters, and the row sums are reduced over the cluster (cluster_sums)."""
+    and P count clusters, and the row sums are reduced over the cluster (cluster_sums).
+    LayerNorm's cluster CTAs have up to 512 threads (128 registers; :func:`_bwd_threads`)."""
     LAYER_NORM = op == "layer_norm"
     CLUSTER = cluster
     CH = max(x_codec.vec, g_codec.vec)  # elements per chunk: one words4 of the narrower
