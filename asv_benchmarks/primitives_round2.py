@@ -41,11 +41,10 @@ class PrimitivesRound2:
         kx = kaionb.asarray(x)
         ko = kaionb.empty(SHAPE, kx.dtype)
         nb = x.numel() * x.element_size()
-        if op in ("rope", "rope_bwd"):
+        if op == "rope":  # (rope_bwd: primitives_backward.py)
             x4 = x.view(-1, 1024, 32, 128)
-            cases = dict((name.split(" ")[0], case) for name, *case in
-                         _table().rope_cases(x4, ko.reshape(x4.shape), x4))
-            self.ours, self.theirs, self.nbytes = cases[op]
+            self.ours, self.theirs, self.nbytes = _table().rope_cases(
+                x4, ko.reshape(x4.shape), x4)[0][1:]
         else:
             kind, mode = op.rsplit("_", 1)
             axis = None if mode == "tensor" else -1

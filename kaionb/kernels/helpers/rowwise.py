@@ -393,8 +393,7 @@ def row_plan(codec, x2, *others, vec=None, per_thread=None, vec_bytes=VEC_BYTES)
     vec = codec.vec if vec is None else vec
     nv = -(-n // vec)
     per_thread = codec.reg_vecs if per_thread is None else per_thread
-    if n % vec == 0 and nv <= per_thread * MAX_THREADS and _rows_aligned(x2) and all(
-            _rows_aligned(a) for a in others):
+    if n % vec == 0 and nv <= per_thread * MAX_THREADS and rows_aligned(x2, *others):
         return round_up(max(-(-nv // per_thread), min(nv, PREFERRED_THREADS)), 32), -1, 0
     nv += 1  # a misaligned row has a partial words4 at each end
     cache_vecs = min(nv, WIDE_CACHE_BYTES // vec_bytes)
@@ -418,7 +417,7 @@ def map_plan(codec, x2, *others):
     kernel can skip the per-words4 edge checks."""
     rows, n = x2.shape
     vec = codec.vec
-    aligned = n % vec == 0 and _rows_aligned(x2) and all(_rows_aligned(a) for a in others)
+    aligned = n % vec == 0 and rows_aligned(x2, *others)
     nv = -(-n // vec) + (0 if aligned else 1)
     gy = min(rows, 65535)
     gx = max(1, min(-(-nv // (MAP_THREADS * MAP_UNROLL)), MAX_GRID_X))
