@@ -27,3 +27,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def kernels_run(monkeypatch):
+    """The names of the kernels every ``Plan.launch`` ran (the launches go ahead), so a
+    GPU test can check that the path it means to test is the one taken."""
+    from kaionb._device import STATE
+    from kaionb.kernels.op import Plan
+
+    names = []
+    launch = Plan.launch
+
+    def launch_and_note(plan, *args):
+        names.append(plan.kernel.kdef.name)
+        launch(plan, *args)
+
+    monkeypatch.setattr(Plan, "launch", launch_and_note)
+    saved, STATE.calls = STATE.calls, None  # no replays of earlier calls' plans
+    yield names
+    STATE.calls = saved

@@ -7,6 +7,7 @@ import pytest
 
 import kaionb
 from kaionb.array import bfloat16
+from kaionb.kernels.helpers import rowwise
 from kaionb.kernels.norms import (
     add_rms_norm,
     add_rms_norm_ref,
@@ -15,6 +16,7 @@ from kaionb.kernels.norms import (
     rms_norm,
     rms_norm_ref,
 )
+from kaionb._device import compute_capability
 from kaionb.testing import assert_close, poisoned, random_array
 from kaionb.testing import metadata_array as fake
 from row_cases import CASES, DTYPES
@@ -127,30 +129,36 @@ def launches(monkeypatch):
     calls = []
 
     def compiled(kdef, signature):
-        def launch_it(grid, block, args, shared_mem=0):
+        def launch_it(grid, block, args, shared_mem=0, cluster=None):
             calls.append((kdef.name, grid, block, shared_mem, args))
         return launch_it
 
     monkeypatch.setattr(launch.KernelDef, "__getitem__", compiled)
+    monkeypatch.setattr(rowwise, "compute_capability", lambda: (8, 9))  # no clusters
     saved, STATE.calls = STATE.calls, None
     yield calls
     STATE.calls = saved
 
 
-@pytest.mark.parametrize("dtype,n,threads,cache", [
-    (np.float16, 4096, 256, -1),
-    (np.float16, 16384, 1024, -1),  # registers: 16 elements of x and of residual a thread
-    (np.float16, 16392, 512, 2050),  # streaming, 2050 words4 parked in shared memory
-    (np.float32, 16384, 1024, -1),
+@pytest.mark.parametrize("dtype,n,threads,cache,cluster", [
+    (np.float16, 4096, 256, -1, 1),
+    (np.float16, 16384, 1024, -1, 1),  # registers: 16 elements of x and of residual a thread
+    (np.float16, 16392, 512, 2050, 1),  # streaming, 2050 words4 parked in shared memory
+    (np.float16, 16392, 256, -1, 8),  # sm_90: registers over a cluster of 8 CTAs a row
+    (np.float32, 16384, 1024, -1, 1),
 ])
-def test_add_rms_norm_plan(launches, dtype, n, threads, cache):
+def test_add_rms_norm_plan(launches, monkeypatch, dtype, n, threads, cache, cluster):
+    if cluster > 1:
+        monkeypatch.setattr(rowwise, "compute_capability", lambda: (9, 0))
     x, r, w, o, s = (fake((6, n), dtype), fake((6, n), dtype), fake((n,), dtype),
                      fake((6, n), dtype), fake((6, n), dtype))
     normed, s_out = add_rms_norm(x, r, w, out=o, residual_out=s)
     assert normed is o and s_out is s
     (name, grid, block, shared, args), = launches
-    assert (name, grid, block, shared) == (f"_add_rms_norm_fwd_kernel_{np.dtype(dtype).name}",
-                                           (6,), (threads,), max(cache, 0) * 16)
+    variant = f"c{cluster}_" if cluster > 1 else ""
+    assert (name, grid, block, shared) == (
+        f"_add_rms_norm_fwd_kernel_{variant}{np.dtype(dtype).name}", (6 * cluster,),
+        (threads,), max(cache, 0) * 16)
     assert [a.ptr for a in args[:5]] == [x.ptr, r.ptr, w.ptr, s.ptr, o.ptr]
     assert args[5:] == (n, 1e-6, cache)
     # In place (vLLM): residual_out is residual, out is x.
@@ -189,6 +197,44 @@ def test_layer_norm(dtype, rows, n):
     w = random_array((n,), dtype, rng=rng, scale=0.5, offset=1.0)
     b = random_array((n,), dtype, rng=rng)
     check(layer_norm, layer_norm_ref, x, w, b, dtype=dtype, eps=1e-5)
+
+
+def _needs_clusters():
+    if compute_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n,size", [(40008, 8), (262136, 16)])
+def test_norms_over_a_cluster(kernels_run, dtype, n, size):
+    # Aligned rows too wide for one CTA's registers: one cluster of CTAs per row, the last
+    # CTA's run shorter than the others'.
+    _needs_clusters()
+    rng = np.random.default_rng(n)
+    x = random_array((3, n), dtype, rng=rng, scale=2.0, offset=3.0)
+    w = random_array((n,), dtype, rng=rng, scale=0.5, offset=1.0)
+    b = random_array((n,), dtype, rng=rng)
+    check(rms_norm, rms_norm_ref, x, w, dtype=dtype, eps=1e-6)
+    check(layer_norm, layer_norm_ref, x, w, b, dtype=dtype, eps=1e-5)
+    name = np.dtype(dtype).name
+    assert [k for k in kernels_run if "norm" in k] == [
+        f"_rms_norm_fwd_kernel_c{size}_{name}",
+                           f"_layer_norm_fwd_kernel_c{size}_{name}"]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n,size", [(20008, 8), (262136, 16)])
+def test_add_rms_norm_over_a_cluster(kernels_run, dtype, n, size):
+    _needs_clusters()
+    rng = np.random.default_rng(n)
+    x = random_array((3, n), dtype, rng=rng)
+    r = random_array((3, n), dtype, rng=rng, scale=3.0)
+    w = random_array((n,), dtype, rng=rng, scale=0.5, offset=1.0)
+    check_add(x, r, w)
+    assert [k for k in kernels_run if "norm" in k] == [
+        f"_add_rms_norm_fwd_kernel_c{size}_{np.dtype(dtype).name}"]
 
 
 @gpu

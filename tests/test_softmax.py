@@ -9,6 +9,7 @@ import pytest
 
 import kaionb
 from kaionb import grad
+from kaionb._device import compute_capability
 from kaionb.kernels.helpers.rowwise import CODECS
 from kaionb.kernels.softmax import (
     COL_THREADS,
@@ -383,6 +384,29 @@ def test_softmax_minus_inf(axis, n):
     keep = [1, 2, 3]
     ref = softmax_ref(x, axis=axis)
     assert_close(lines[keep], (ref if axis == 1 else ref.T)[keep], dtype=np.float32)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, **DTYPE_IDS)
+@pytest.mark.parametrize("n,size", [(40008, 8), (262136, 16)])
+def test_softmax_over_a_cluster(kernels_run, dtype, n, size):
+    # Aligned rows too wide for one CTA's registers: one cluster of CTAs per row.
+    if compute_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    x = random_array((4, n), dtype, rng=np.random.default_rng(n), scale=3.0)
+    x[1, : n // 2] = -np.inf  # the first CTAs of the cluster hold only −inf
+    x[2, :] = 0.0
+    x[2, n - 3] = 1e4 if dtype == np.float32 else 1e3  # in the last CTA: one-hot
+    out = poisoned(x.shape, dtype)
+    assert softmax(kaionb.asarray(x), out=out) is out
+    got = out.get().astype(np.float64)
+    assert (got[1, : n // 2] == 0).all()
+    assert got[2, n - 3] == 1.0 and np.count_nonzero(got[2]) == 1
+    assert_close(got[[0, 1, 3]], softmax_ref(x, axis=-1)[[0, 1, 3]], dtype=dtype)
+    x[0, :] = -np.inf  # all −inf: NaN, as torch.softmax
+    assert np.isnan(softmax(kaionb.asarray(x)).get()[0].astype(np.float64)).all()
+    assert [k for k in kernels_run if "softmax" in k] == [
+        f"_softmax_fwd_kernel_c{size}_{np.dtype(dtype).name}"] * 2
 
 
 @gpu

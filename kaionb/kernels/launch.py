@@ -69,7 +69,7 @@ class KernelDef:
 
     def __init__(self, pyfunc, signatures, *, name=None, arch_specific=False, min_cc=(8, 0),
                  max_dynamic_shared_bytes=0, fastmath=False, lineinfo=False, launch_bounds=None,
-                 registered=True, local_memory=None):
+                 registered=True, local_memory=None, non_portable_cluster=False):
         if not signatures:
             raise ValueError(f"kernel {pyfunc.__name__}: at least one signature is required")
         self.pyfunc = pyfunc
@@ -78,6 +78,8 @@ class KernelDef:
         self.arch_specific = arch_specific  # needs sm_90a (wgmma, setmaxnreg)
         self.min_cc = tuple(min_cc)
         self.max_dynamic_shared_bytes = max_dynamic_shared_bytes
+        # Launched in clusters beyond the portable 8 CTAs (the H100 allows 16).
+        self.non_portable_cluster = non_portable_cluster
         self.options = dict(fastmath=fastmath, lineinfo=lineinfo, launch_bounds=launch_bounds)
         # Why this kernel may have a stack frame (the ptxas test refuses one otherwise).
         self.local_memory = local_memory
@@ -177,6 +179,10 @@ class CompiledKernel:
                 self._function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 self.max_dynamic_shared)
             check_driver(err, f"raising {kdef.name}'s dynamic shared memory limit")
+        if kdef.non_portable_cluster:
+            (err,) = driver.cuFuncSetAttribute(
+                self._function, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+            check_driver(err, f"allowing {kdef.name} non-portable cluster sizes")
 
         argtypes, _ = sigutils.normalize_signature(signature)
         fmt, array_flags = "<", []

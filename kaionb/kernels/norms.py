@@ -89,18 +89,21 @@ from ..validation import (
     fail,
 )
 from .helpers import block_sum
-from .helpers.reduce import block_sums, cluster_sums
+from .helpers.reduce import block_sums, cluster_sums, row_reducers
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
     MAX_CLUSTER,
     MAX_THREADS,
     PREFERRED_THREADS,
+    ROW_CLUSTER_SIZES,
     WIDE_CACHE_BYTES,
     WIDE_THREADS,
     chunk_io,
     round_up,
+    row_cluster_plan,
     row_plan,
+    row_slice,
     rows_aligned,
     rows_view,
 )
@@ -142,9 +145,12 @@ def _reg_vecs(op, codec):
     return codec.reg_vecs // 2 if op == "add_rms_norm" else codec.reg_vecs
 
 
-def _make_norm_kernel(op, codec, name):
+def _make_norm_kernel(op, codec, name, cluster=1):
     """One block per row. ``cache_vecs < 0``: the row is 16-byte aligned and fits in
-    registers (REG_VECS words4 per thread): one pass over HBM. Otherwise the streaming
+    registers (REG_VECS words4 per thread): one pass over HBM — in one CTA, or (``cluster``
+    > 1, sm_90, the register path only) in the ``cluster`` CTAs of a thread-block cluster,
+    each holding a run of the row and the row sums reduced across the cluster through
+    distributed shared memory (``row_reducers``). Otherwise the streaming
     path: pass 1 takes the statistics and parks the first ``cache_vecs`` words4 in shared
     memory, pass 2 normalizes from there or re-reads (an L2 hit when the row is recent).
     ``op`` "add_rms_norm": the row is s = x + residual, rounded, written to ``s_out`` as it
@@ -165,30 +171,34 @@ def _make_norm_kernel(op, codec, name):
     U2 = 2  # ... of x, w and b in pass 2 (4 spilled under the 64-register cap)
     RAW2 = 4 * U2
     RAW1_ADD = 4 * U if ADD else 1
+    CLUSTER = cluster
+    cta_row_slice = row_slice(CLUSTER)
+    row_sum = row_reducers(CLUSTER)[0]
 
     @device_function
     def norm_row(x, res, w, b, s_out, out, n, eps, has_bias, cache_vecs):
         scratch = cuda.shared.array(32, float32)
+        slots = cuda.shared.array(2, float32)  # the cluster's row sums (mean, variance)
         cache = cuda.shared.array(0, uint32)
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(VEC, float32)
         g = cuda.local.array(VEC, float32)
         rw = cuda.local.array(RAW2, uint32)
         rb = cuda.local.array(RAW2, uint32)
-        r = int32(cuda.blockIdx.x)
         t = int32(cuda.threadIdx.x)
         T = int32(cuda.blockDim.x)
         inv_n = float32(1.0) / float32(n)
         mean = float32(0.0)
-        if cache_vecs < 0:
-            # Registers: every words4 is whole and aligned; no masks but v < nv.
-            nv = n // VEC
+        if CLUSTER > 1 or cache_vecs < 0:
+            # Registers: every words4 is whole and aligned; no masks but v < c1. This CTA
+            # holds words4 [c0, c1) of row r (the whole row without a cluster).
+            r, c0, c1 = cta_row_slice(n // VEC)
             acc = float32(0.0)
             rr = cuda.local.array(RAW_ADD, uint32)
             for k in range(REG_VECS):
-                v = t + k * T
+                v = c0 + t + k * T
                 words = (uint32(0), uint32(0), uint32(0), uint32(0))
-                if v < nv:
+                if v < c1:
                     words = ld_global_nc_v4_u32(global_addr(x, (int64(r), int64(v * VEC))))
                 for i in range(4):
                     raw[4 * k + i] = words[i]
@@ -196,7 +206,7 @@ def _make_norm_kernel(op, codec, name):
                     # Every load of x and residual is issued before the first store of s
                     # (a store may alias an input: nothing can move past it).
                     words = (uint32(0), uint32(0), uint32(0), uint32(0))
-                    if v < nv:
+                    if v < c1:
                         words = ld_global_nc_v4_u32(global_addr(res, (int64(r),
                                                                       int64(v * VEC))))
                     for i in range(4):
@@ -208,7 +218,7 @@ def _make_norm_kernel(op, codec, name):
             if ADD:
                 # s = x + residual rounded to storage: its bits replace x's in registers.
                 for k in range(REG_VECS):
-                    v = t + k * T
+                    v = c0 + t + k * T
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                     unpack((rr[4 * k], rr[4 * k + 1], rr[4 * k + 2], rr[4 * k + 3]), g, 0)
                     for j in range(VEC):
@@ -216,26 +226,26 @@ def _make_norm_kernel(op, codec, name):
                     words = pack(f, 0)
                     for i in range(4):
                         raw[4 * k + i] = words[i]
-                    if v < nv:
+                    if v < c1:
                         st_global_v4_u32(global_addr(s_out, (int64(r), int64(v * VEC))), words)
                     unpack(words, f, 0)
                     for j in range(VEC):
                         acc += f[j] * f[j]
             if LAYER_NORM:
                 # Second sweep over registers: var = mean((x − mean)²); padding excluded.
-                mean = block_sum(acc, scratch) * inv_n
+                mean = row_sum(acc, scratch, slots, 0) * inv_n
                 acc = float32(0.0)
                 for k in range(REG_VECS):
-                    if t + k * T < nv:
+                    if c0 + t + k * T < c1:
                         unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]),
                                f, 0)
                         for j in range(VEC):
                             d = f[j] - mean
                             acc += d * d
-            rstd = rsqrt_approx_f32(block_sum(acc, scratch) * inv_n + eps)
+            rstd = rsqrt_approx_f32(row_sum(acc, scratch, slots, 1) * inv_n + eps)
             for k in range(REG_VECS):
-                v = t + k * T
-                if v < nv:
+                v = c0 + t + k * T
+                if v < c1:
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                     unpack(ld_global_nc_v4_u32(global_addr(w, (int64(0), int64(v * VEC)))), g, 0)
                     for j in range(VEC):
@@ -246,7 +256,11 @@ def _make_norm_kernel(op, codec, name):
                         for j in range(VEC):
                             f[j] += g[j]
                     st_global_v4_u32(global_addr(out, (int64(r), int64(v * VEC))), pack(f, 0))
+            if CLUSTER > 1:  # no CTA leaves while another may read its slots
+                cluster_arrive()
+                cluster_wait()
             return
+        r = int32(cuda.blockIdx.x)
         head = head_of(x, r)
         nv = (head + n + VEC - 1) // VEC
         # LayerNorm sums are shifted by the first element; masked elements read as it
@@ -327,8 +341,9 @@ def _make_norm_kernel(op, codec, name):
                             f[j] += g[j]
                     store(out, r, e0, n, pack(f, 0))
 
-    options = dict(name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES,
-                   launch_bounds=MAX_THREADS)
+    options = dict(name=name, max_dynamic_shared_bytes=0 if CLUSTER > 1 else WIDE_CACHE_BYTES,
+                   launch_bounds=MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0),
+                   non_portable_cluster=CLUSTER > MAX_CLUSTER)
     if ADD:
         @kernel([f"void({S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], int32, float32, "
                  "int32)"], **options)
@@ -345,9 +360,14 @@ def _make_norm_kernel(op, codec, name):
     return _norm_fwd_kernel
 
 
+_FWD_OPS = ("rms_norm", "layer_norm", "add_rms_norm")
 _KERNELS = {(op, dt): _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_{dt.name}")
-            for op in ("rms_norm", "layer_norm", "add_rms_norm")
-            for dt, codec in CODECS.items()}
+            for op in _FWD_OPS for dt, codec in CODECS.items()}
+# The register path over a cluster of each size (rows too wide for one CTA).
+_CLUSTER_KERNELS = {
+    (op, dt): {size: _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_c{size}_{dt.name}", size)
+               for size in ROW_CLUSTER_SIZES}
+    for op in _FWD_OPS for dt, codec in CODECS.items()}
 
 
 # -- backward --------------------------------------------------------------------------------
@@ -705,9 +725,30 @@ def _norm_launch(op, x, weight, bias, eps, out):
     rows, n = x2.shape
     w2 = _weight_row(weight, n)
     b2 = w2 if bias is None else _weight_row(bias, n)
-    threads, cache_vecs, smem = row_plan(CODECS[x.dtype], x2, out2, w2, b2)
-    Plan.of(_KERNELS[op, x.dtype], (rows,), (threads,), smem).launch(
-        x2, w2, b2, out2, n, eps, int(bias is not None), cache_vecs)
+    codec = CODECS[x.dtype]
+    plan = _fwd_plan(op, codec, rows, x2, out2, w2, b2)
+    plan.launch(x2, w2, b2, out2, n, eps, int(bias is not None), plan.cache_vecs)
+
+
+class _FwdPlan(NamedTuple):
+    plan: Plan
+    cache_vecs: int
+
+    def launch(self, *args):
+        self.plan.launch(*args)
+
+
+def _fwd_plan(op, codec, rows, x2, *others):
+    """The forward's launch (module doc): one CTA per row (register or streaming path, as
+    ``row_plan`` chooses), or a cluster per row (sm_90) for aligned rows too wide for one
+    CTA's registers."""
+    per_thread = _reg_vecs(op, codec)
+    clustered = row_cluster_plan(_CLUSTER_KERNELS[op, codec.dtype], codec, x2, *others,
+                                 per_thread=per_thread)
+    if clustered is not None:
+        return _FwdPlan(clustered, -1)
+    threads, cache_vecs, smem = row_plan(codec, x2, *others, per_thread=per_thread)
+    return _FwdPlan(Plan.of(_KERNELS[op, codec.dtype], (rows,), (threads,), smem), cache_vecs)
 
 
 def _overlap(a, b) -> bool:
@@ -764,11 +805,8 @@ def _add_rms_norm_launch(x, residual, weight, eps, out, residual_out):
     s2 = rows_view(op, "residual_out", residual_out)
     rows, n = x2.shape
     w2 = _weight_row(weight, n)
-    codec = CODECS[x.dtype]
-    threads, cache_vecs, smem = row_plan(codec, x2, r2, out2, s2, w2,
-                                         per_thread=_reg_vecs(op, codec))
-    Plan.of(_KERNELS[op, x.dtype], (rows,), (threads,), smem).launch(
-        x2, r2, w2, s2, out2, n, eps, cache_vecs)
+    plan = _fwd_plan(op, CODECS[x.dtype], rows, x2, r2, out2, s2, w2)
+    plan.launch(x2, r2, w2, s2, out2, n, eps, plan.cache_vecs)
 
 
 def rms_norm_fwd(x, weight, eps=1e-6, *, out=None):

@@ -43,7 +43,7 @@ from ..ptx_patches import (
     st_global_v4_u32,
 )
 from ..validation import as_array, as_dtype, check_contiguous, check_same_device, fail
-from .helpers import block_max, cluster_reducers
+from .helpers.reduce import block_max, row_reducers
 from .helpers.int8 import QMAX, inverse_scale, quantize_words16
 from .helpers.rowwise import (
     CLUSTER_SIZES,
@@ -61,6 +61,7 @@ from .helpers.rowwise import (
     cluster_row_plan,
     map_plan,
     row_plan,
+    row_slice,
     rows_view,
 )
 from .launch import kernel
@@ -289,7 +290,8 @@ def _make_quantize_rows_kernel(codec, name, cluster=1):
     RAW = 4 * SUB * Q_VECS
     unpack = codec.unpack
     CLUSTER = cluster
-    cluster_max = cluster_reducers(CLUSTER)[1] if CLUSTER > 1 else None
+    cta_row_slice = row_slice(CLUSTER)
+    row_max = row_reducers(CLUSTER)[1]
 
     @kernel([f"void({S}[:, :], int8[:, :], float32[:], int32)"], name=name,
             launch_bounds=MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0))
@@ -298,14 +300,11 @@ def _make_quantize_rows_kernel(codec, name, cluster=1):
         slots = cuda.shared.array(1, float32)
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(16, float32)
-        r = int64(cuda.blockIdx.x // CLUSTER)
         t = int32(cuda.threadIdx.x)
         T = int32(cuda.blockDim.x)
-        nq = n // 16
-        # This CTA's q-vectors: [c0, c1) of the row (all of it without a cluster).
-        chunk = (nq + CLUSTER - 1) // CLUSTER
-        c0 = int32(cuda.blockIdx.x % CLUSTER) * chunk
-        c1 = min(c0 + chunk, nq)
+        # This CTA's q-vectors: [c0, c1) of row r (all of it without a cluster).
+        r32, c0, c1 = cta_row_slice(n // 16)
+        r = int64(r32)
         for k in range(Q_VECS):
             v = c0 + t + k * T
             for s in range(SUB):
@@ -321,10 +320,7 @@ def _make_quantize_rows_kernel(codec, name, cluster=1):
                 unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, s * VEC)
             for j in range(16):
                 m = max(m, abs(f[j]))
-        if CLUSTER > 1:
-            m = cluster_max(m, scratch, slots, 0)
-        else:
-            m = block_max(m, scratch)
+        m = row_max(m, scratch, slots, 0)
         inv = inverse_scale(m)
         if t == 0 and c0 == 0:
             scale[r] = m * float32(1.0 / QMAX)

@@ -55,6 +55,8 @@ from numba import cuda, float32, int32, int64, uint32
 from .._device import multiprocessor_count
 from ..array import DeviceArray, empty
 from ..ptx_patches import (
+    cluster_arrive,
+    cluster_wait,
     device_function,
     ex2_approx_f32,
     global_addr,
@@ -74,15 +76,19 @@ from ..validation import (
 )
 from .elementwise import _collapse, _needs_copy, copy_convert
 from .helpers import block_max, block_sum
-from .helpers.reduce import block_column_reducer
+from .helpers.reduce import block_column_reducer, row_reducers
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
+    MAX_CLUSTER,
     MAX_THREADS,
     NEG_INF_BITS,
+    ROW_CLUSTER_SIZES,
     WIDE_CACHE_BYTES,
     chunk_io,
+    row_cluster_plan,
     row_plan,
+    row_slice,
 )
 from .helpers.vector import vector_group
 from .launch import kernel
@@ -126,8 +132,11 @@ def _online_step(m, s, v):
 
 # -- the row kernel (one block per line) -------------------------------------------------
 
-def _make_softmax_kernel(codec, name, grad_codec=None):
+def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
     """One block per row; ``cache_vecs < 0`` selects the register path (see norms).
+    ``cluster`` > 1 (sm_90, the forward's register path only): one thread-block cluster
+    per row, each CTA holding a run of it, the maximum and the sum reduced across the
+    cluster (``row_reducers``).
 
     ``grad_codec`` None: the forward, ``out = softmax(x)``. Otherwise the backward: ``x``
     is y (the forward's output), ``g`` and ``out`` (dy, dx) are arrays of grad_codec's
@@ -154,29 +163,34 @@ def _make_softmax_kernel(codec, name, grad_codec=None):
     # streaming blocks per SM still keep 32-48 KiB of y and g in flight.
     U = 1 if BACKWARD else 4
     RAWG = GW * max(REG_VECS, U) if BACKWARD else 1
+    CLUSTER = cluster
+    cta_row_slice = row_slice(CLUSTER)
+    row_sum, row_max = row_reducers(CLUSTER)
 
     @kernel([f"void({S}[:, :], {GS}[:, :], {GS}[:, :], int32, int32)"], name=name,
-            max_dynamic_shared_bytes=0 if BACKWARD else WIDE_CACHE_BYTES,
-            launch_bounds=MAX_THREADS)
+            max_dynamic_shared_bytes=0 if BACKWARD or CLUSTER > 1 else WIDE_CACHE_BYTES,
+            launch_bounds=MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0),
+            non_portable_cluster=CLUSTER > MAX_CLUSTER)
     def _softmax_kernel(x, g, out, n, cache_vecs):
         scratch = cuda.shared.array(32, float32)
+        slots = cuda.shared.array(2, float32)  # the cluster's row maximum and sum
         cache = cuda.shared.array(0, uint32)
         raw = cuda.local.array(RAW, uint32)
         rawg = cuda.local.array(RAWG, uint32)
         f = cuda.local.array(VEC, float32)
         d = cuda.local.array(VEC, float32)
-        r = int32(cuda.blockIdx.x)
         t = int32(cuda.threadIdx.x)
         T = int32(cuda.blockDim.x)
         L = float32(LOG2E)
         neg_inf = float32(-np.inf)
-        if cache_vecs < 0:
-            nv = n // VEC
+        if CLUSTER > 1 or cache_vecs < 0:
+            # This CTA holds words4 [c0, c1) of row r (the whole row without a cluster).
+            r, c0, c1 = cta_row_slice(n // VEC)
             if BACKWARD:
                 acc = float32(0.0)
                 for k in range(REG_VECS):
-                    v = t + k * T
-                    if v < nv:
+                    v = c0 + t + k * T
+                    if v < c1:
                         words = ld_global_nc_v4_u32(global_addr(x, (int64(r), int64(v * VEC))))
                         for i in range(4):
                             raw[4 * k + i] = words[i]
@@ -187,8 +201,8 @@ def _make_softmax_kernel(codec, name, grad_codec=None):
                             acc += f[j] * d[j]
                 dot = block_sum(acc, scratch)
                 for k in range(REG_VECS):
-                    v = t + k * T
-                    if v < nv:
+                    v = c0 + t + k * T
+                    if v < c1:
                         unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                         g_unpack(rawg, GW * k, d)
                         for j in range(VEC):
@@ -197,31 +211,35 @@ def _make_softmax_kernel(codec, name, grad_codec=None):
                 return
             m = neg_inf
             for k in range(REG_VECS):
-                v = t + k * T
+                v = c0 + t + k * T
                 words = (uint32(NEG_INF), uint32(NEG_INF), uint32(NEG_INF), uint32(NEG_INF))
-                if v < nv:
+                if v < c1:
                     words = ld_global_nc_v4_u32(global_addr(x, (int64(r), int64(v * VEC))))
                 for i in range(4):
                     raw[4 * k + i] = words[i]
                 unpack(words, f, 0)
                 for j in range(VEC):
                     m = max(m, f[j])
-            m = block_max(m, scratch)
+            m = row_max(m, scratch, slots, 0)
             s = float32(0.0)
             for k in range(REG_VECS):
-                if t + k * T < nv:
+                if c0 + t + k * T < c1:
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                     for j in range(VEC):
                         s += ex2_approx_f32((f[j] - m) * L)
-            inv = rcp_approx_f32(block_sum(s, scratch))
+            inv = rcp_approx_f32(row_sum(s, scratch, slots, 1))
             for k in range(REG_VECS):
-                v = t + k * T
-                if v < nv:
+                v = c0 + t + k * T
+                if v < c1:
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                     for j in range(VEC):
                         f[j] = ex2_approx_f32((f[j] - m) * L) * inv
                     st_global_v4_u32(global_addr(out, (int64(r), int64(v * VEC))), pack(f, 0))
+            if CLUSTER > 1:  # no CTA leaves while another may read its slots
+                cluster_arrive()
+                cluster_wait()
             return
+        r = int32(cuda.blockIdx.x)
         head = head_of(x, r)
         nv = (head + n + VEC - 1) // VEC
         if BACKWARD:
@@ -503,6 +521,11 @@ def _grad_dtypes(dt):
 
 _ROW_KERNELS = {dt: _make_softmax_kernel(codec, f"_softmax_fwd_kernel_{dt.name}")
                 for dt, codec in CODECS.items()}
+# The forward's register path over a cluster of each size (rows too wide for one CTA).
+_ROW_CLUSTER_KERNELS = {
+    dt: {size: _make_softmax_kernel(codec, f"_softmax_fwd_kernel_c{size}_{dt.name}",
+                                    cluster=size) for size in ROW_CLUSTER_SIZES}
+    for dt, codec in CODECS.items()}
 _ROW_BWD_KERNELS = {
     (dt, gdt): _make_softmax_kernel(codec, f"_softmax_bwd_kernel_{dt.name}_grad_{gdt.name}",
                                     CODECS[gdt])
@@ -625,6 +648,10 @@ def _launch(axis, backward, x, g, out):
             if cache_vecs >= 0:  # the backward streams without a shared cache
                 cache_vecs, smem = 0, 0
         else:
+            clustered = row_cluster_plan(_ROW_CLUSTER_KERNELS[x.dtype], codec, xv, ov)
+            if clustered is not None:
+                clustered.launch(xv, gv, ov, n, -1)
+                return
             threads, cache_vecs, smem = row_plan(codec, xv, ov)
             kdef = _ROW_KERNELS[x.dtype]
         if n > _INT32_MAX:

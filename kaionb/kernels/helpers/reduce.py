@@ -249,6 +249,26 @@ def cluster_reducers(size):
     return cluster_sum, cluster_max
 
 
+@functools.cache
+def row_reducers(size):
+    """``(row_sum, row_max)`` with the signature of :func:`cluster_reducers`'s, for a row
+    held by one CTA (``size`` 1: :func:`block_sum` / :func:`block_max`, ``slots`` and
+    ``k`` unused) or by the ``size`` CTAs of a cluster — so one row kernel factory makes
+    both variants."""
+    if size > 1:
+        return cluster_reducers(size)
+
+    @device_function
+    def row_sum(x, scratch, slots, k):
+        return block_sum(x, scratch)
+
+    @device_function
+    def row_max(x, scratch, slots, k):
+        return block_max(x, scratch)
+
+    return row_sum, row_max
+
+
 @device_function
 def _publish(part, slots, k):
     """Thread 0 parks the block's ``part`` in ``slots[k]`` for the cluster; one cluster

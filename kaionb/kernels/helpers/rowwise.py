@@ -27,6 +27,7 @@ from llvmlite import ir
 from numba import cuda, float32, int32, int64, types, uint16, uint32, uint64
 from numba.cuda.extending import intrinsic
 
+from ..._device import compute_capability
 from ...array import bfloat16
 from ...ptx_patches import (
     bf16x2_to_f32x2,
@@ -44,6 +45,7 @@ from ...ptx_patches import (
     st_shared_v4_u32,
 )
 from ...validation import fail
+from ..op import Plan
 
 VEC_BYTES = 16
 # Elements a thread keeps in registers on the one-pass path: 8 words4 of float32 or 4 of
@@ -434,21 +436,72 @@ def elementwise_views(op, **arrays):
 
 # -- rows split over a thread-block cluster (sm_90) ----------------------------------------
 
-# Largest cluster a launch asks for: 8 is the portable maximum (16 needs an opt-in).
+# Largest portable cluster (a launch may ask for more only with the non-portable opt-in,
+# ``KernelDef(non_portable_cluster=True)``; the H100 allows 16).
 MAX_CLUSTER = 8
 CLUSTER_SIZES = (2, 4, 8)  # the sizes cluster_row_plan picks (a kernel variant each)
+# Clusters of the forward row kernels (norms, softmax): up to 16 CTAs, so a 262144-element
+# row takes 512-thread CTAs (two per SM) where 8 would need one 1024-thread CTA per SM.
+ROW_CLUSTER_SIZES = (2, 4, 8, 16)
 
 
-def cluster_row_plan(nv, per_thread):
+def cluster_row_plan(nv, per_thread, max_cluster=MAX_CLUSTER):
     """(cluster size, threads) to hold a row of ``nv`` register units (words4, or whatever
     a kernel keeps ``per_thread`` of per thread) in the registers of one thread-block
     cluster: the smallest cluster whose CTAs need at most PREFERRED_THREADS threads (more
     CTAs per SM keep loads in flight across the reduction barriers), capped at
-    MAX_CLUSTER CTAs of up to MAX_THREADS. None when that cannot hold the row."""
+    ``max_cluster`` CTAs of up to MAX_THREADS. None when that cannot hold the row."""
     size = 1
-    while size < MAX_CLUSTER and -(-nv // size) > per_thread * PREFERRED_THREADS:
+    while size < max_cluster and -(-nv // size) > per_thread * PREFERRED_THREADS:
         size *= 2
     chunk = -(-nv // size)
     if chunk > per_thread * MAX_THREADS:
         return None
     return size, round_up(max(-(-chunk // per_thread), min(chunk, PREFERRED_THREADS)), 32)
+
+
+@functools.cache
+def row_slice(size):
+    """Device function ``(nv) -> (r, c0, c1)`` for kernels that hold a row of ``nv``
+    register units: the row this CTA works on and its run ``[c0, c1)`` of the units. One
+    CTA per row (``size`` 1): row blockIdx.x, all of it; a cluster of ``size`` CTAs per
+    row: row blockIdx.x // size, the rank-th run of ceil(nv / size) units."""
+    CLUSTER = size
+
+    @device_function
+    def cta_row_slice(nv):
+        chunk = (nv + CLUSTER - 1) // CLUSTER
+        c0 = int32(cuda.blockIdx.x % CLUSTER) * chunk
+        return int32(cuda.blockIdx.x // CLUSTER), c0, min(c0 + chunk, nv)
+
+    return cta_row_slice
+
+
+# Forward row kernels spread a row over a cluster only when one CTA cannot hold it in
+# registers (more threads than this would be needed). H100 A/B in
+# docs/perf-log-primitives.md.
+CLUSTER_ABOVE_THREADS = MAX_THREADS
+
+
+def row_cluster_plan(kernels, codec, x2, *others, per_thread=None):
+    """The :class:`~kaionb.kernels.op.Plan` of a forward row kernel's register path spread
+    over a thread-block cluster per row (sm_90; the conditions of :func:`row_plan`'s
+    register path, with up to 16 times the registers), or None where one CTA does
+    (``row_plan``) or no cluster can hold the row. ``kernels``: cluster size -> the
+    kernel variant (ROW_CLUSTER_SIZES). A cluster beyond the portable 8 is taken only
+    where the driver says one can be resident."""
+    rows, n = x2.shape
+    per_thread = codec.reg_vecs if per_thread is None else per_thread
+    nv = -(-n // codec.vec)
+    if (nv <= per_thread * CLUSTER_ABOVE_THREADS or n % codec.vec
+            or compute_capability() < (9, 0) or not rows_aligned(x2, *others)):
+        return None
+    for max_cluster in (ROW_CLUSTER_SIZES[-1], MAX_CLUSTER):
+        picked = cluster_row_plan(nv, per_thread, max_cluster)
+        if picked is None:
+            return None
+        size, threads = picked
+        plan = Plan.of(kernels[size], (rows * size,), (threads,), cluster=(size, 1, 1))
+        if size <= MAX_CLUSTER or plan.kernel.max_active_clusters(plan.cluster, plan.block, 0):
+            return plan
+    return None
