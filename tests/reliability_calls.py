@@ -403,6 +403,10 @@ def _attention_calls():
 
 # Rows of 256 stay in registers; rows of 77 (misaligned) take the streaming path.
 _ROW_PATHS = (("registers", 256), ("streaming", 77))
+# Row widths the forward row kernels spread over a cluster of 8 and of 16 CTAs (sm_90);
+# add_rms_norm holds half as much of a row per thread.
+_CLUSTER_WIDTHS = {"add_rms_norm": ((8, 20008), (16, 40008))}
+_CLUSTER_WIDTHS_DEFAULT = ((8, 40008), (16, 70000))
 
 
 def _norm(op, dtype, n):
@@ -489,6 +493,12 @@ def _rowwise_calls():
         for op in ("rms_norm", "layer_norm", "add_rms_norm"):
             for path, n in _ROW_PATHS:
                 calls.append(Call(f"{op}/{dtype.name}-{path}", _norm(op, dtype, n)))
+            for size, n in _CLUSTER_WIDTHS.get(op, _CLUSTER_WIDTHS_DEFAULT):
+                calls.append(Call(f"{op}/{dtype.name}-cluster{size}", _norm(op, dtype, n),
+                                  sm90_or_newer))
+        for size, n in _CLUSTER_WIDTHS_DEFAULT:
+            calls.append(Call(f"softmax/rows-cluster{size}-{dtype.name}",
+                              _softmax(dtype, (64, n), -1), sm90_or_newer))
         calls.append(Call(f"softmax/rows-{dtype.name}", _softmax(dtype, (64, 256), -1)))
         calls.append(Call(f"softmax/rows-streaming-{dtype.name}", _softmax(dtype, (8, 77), -1)))
         calls.append(Call(f"softmax/columns-vector-{dtype.name}", _softmax(dtype, (64, 24), 0)))

@@ -172,13 +172,15 @@ def _make_norm_kernel(op, codec, name, cluster=1):
     RAW2 = 4 * U2
     RAW1_ADD = 4 * U if ADD else 1
     CLUSTER = cluster
+    SHIFTED = LAYER_NORM and CLUSTER > 1
     cta_row_slice = row_slice(CLUSTER)
     row_sum = row_reducers(CLUSTER)[0]
+    shifted_sums = cluster_sums(2, CLUSTER)
 
     @device_function
     def norm_row(x, res, w, b, s_out, out, n, eps, has_bias, cache_vecs):
-        scratch = cuda.shared.array(32, float32)
-        slots = cuda.shared.array(2, float32)  # the cluster's row sums (mean, variance)
+        scratch = cuda.shared.array(64, float32)
+        slots = cuda.shared.array(2, float32)  # the cluster's row sums
         cache = cuda.shared.array(0, uint32)
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(VEC, float32)
@@ -193,7 +195,11 @@ def _make_norm_kernel(op, codec, name, cluster=1):
             # Registers: every words4 is whole and aligned; no masks but v < c1. This CTA
             # holds words4 [c0, c1) of row r (the whole row without a cluster).
             r, c0, c1 = cta_row_slice(n // VEC)
+            # LayerNorm over a cluster takes Σd and Σd² (d = x − x[r, 0]) in one cluster
+            # reduction, as the streaming path; in one CTA the exact mean, then Σ(x − mean)².
+            shift = decode(x[r, 0]) if SHIFTED else float32(0.0)
             acc = float32(0.0)
+            acc2 = float32(0.0)
             rr = cuda.local.array(RAW_ADD, uint32)
             for k in range(REG_VECS):
                 v = c0 + t + k * T
@@ -211,12 +217,19 @@ def _make_norm_kernel(op, codec, name, cluster=1):
                                                                       int64(v * VEC))))
                     for i in range(4):
                         rr[4 * k + i] = words[i]
-                else:
+                elif v < c1:
                     unpack(words, f, 0)
                     for j in range(VEC):
-                        acc += f[j] if LAYER_NORM else f[j] * f[j]
+                        if SHIFTED:
+                            d = f[j] - shift
+                            acc += d
+                            acc2 += d * d
+                        else:
+                            acc += f[j] if LAYER_NORM else f[j] * f[j]
             if ADD:
                 # s = x + residual rounded to storage: its bits replace x's in registers.
+                # Over a cluster s is stored with the output, after the cluster barrier
+                # (whose release would otherwise wait for these stores).
                 for k in range(REG_VECS):
                     v = c0 + t + k * T
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
@@ -226,14 +239,22 @@ def _make_norm_kernel(op, codec, name, cluster=1):
                     words = pack(f, 0)
                     for i in range(4):
                         raw[4 * k + i] = words[i]
-                    if v < c1:
+                    if v < c1 and CLUSTER == 1:
                         st_global_v4_u32(global_addr(s_out, (int64(r), int64(v * VEC))), words)
                     unpack(words, f, 0)
                     for j in range(VEC):
                         acc += f[j] * f[j]
-            if LAYER_NORM:
+            if SHIFTED:
+                sums = cuda.local.array(2, float32)
+                sums[0] = acc
+                sums[1] = acc2
+                shifted_sums(sums, scratch, slots, 0)
+                dm = sums[0] * inv_n
+                mean = shift + dm
+                var = max(sums[1] * inv_n - dm * dm, float32(0.0))
+            elif LAYER_NORM:
                 # Second sweep over registers: var = mean((x − mean)²); padding excluded.
-                mean = row_sum(acc, scratch, slots, 0) * inv_n
+                mean = block_sum(acc, scratch) * inv_n
                 acc = float32(0.0)
                 for k in range(REG_VECS):
                     if c0 + t + k * T < c1:
@@ -242,10 +263,21 @@ def _make_norm_kernel(op, codec, name, cluster=1):
                         for j in range(VEC):
                             d = f[j] - mean
                             acc += d * d
-            rstd = rsqrt_approx_f32(row_sum(acc, scratch, slots, 1) * inv_n + eps)
+                var = block_sum(acc, scratch) * inv_n
+            else:
+                var = row_sum(acc, scratch, slots, 0) * inv_n
+            if CLUSTER > 1:
+                # This CTA has read the others' slots: it arrives at the exit barrier now
+                # and waits on it last (no CTA leaves while another may read its slots).
+                cluster_arrive()
+            rstd = rsqrt_approx_f32(var + eps)
             for k in range(REG_VECS):
                 v = c0 + t + k * T
                 if v < c1:
+                    if ADD and CLUSTER > 1:
+                        st_global_v4_u32(global_addr(s_out, (int64(r), int64(v * VEC))),
+                                         (raw[4 * k], raw[4 * k + 1], raw[4 * k + 2],
+                                          raw[4 * k + 3]))
                     unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
                     unpack(ld_global_nc_v4_u32(global_addr(w, (int64(0), int64(v * VEC)))), g, 0)
                     for j in range(VEC):
@@ -256,8 +288,7 @@ def _make_norm_kernel(op, codec, name, cluster=1):
                         for j in range(VEC):
                             f[j] += g[j]
                     st_global_v4_u32(global_addr(out, (int64(r), int64(v * VEC))), pack(f, 0))
-            if CLUSTER > 1:  # no CTA leaves while another may read its slots
-                cluster_arrive()
+            if CLUSTER > 1:
                 cluster_wait()
             return
         r = int32(cuda.blockIdx.x)

@@ -76,7 +76,7 @@ from ..validation import (
 )
 from .elementwise import _collapse, _needs_copy, copy_convert
 from .helpers import block_max, block_sum
-from .helpers.reduce import block_column_reducer, row_reducers
+from .helpers.reduce import block_column_reducer, cluster_fold
 from .helpers.rowwise import (
     CODECS,
     FLOAT_DTYPES,
@@ -130,6 +130,17 @@ def _online_step(m, s, v):
     return hi, (s * t + float32(1.0) if v > m else s + t)
 
 
+@device_function
+def _merge_max_sum(acc, other):
+    """Fold the (maximum, Σ exp(x − maximum)) pair ``other`` into ``acc``: both sums
+    rescaled to the larger maximum (a pair of maximum −inf has sum 0 and adds nothing)."""
+    hi = max(acc[0], other[0])
+    if hi != float32(-np.inf):
+        acc[1] = (acc[1] * ex2_approx_f32((acc[0] - hi) * float32(LOG2E))
+                  + other[1] * ex2_approx_f32((other[0] - hi) * float32(LOG2E)))
+    acc[0] = hi
+
+
 # -- the row kernel (one block per line) -------------------------------------------------
 
 def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
@@ -165,7 +176,7 @@ def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
     RAWG = GW * max(REG_VECS, U) if BACKWARD else 1
     CLUSTER = cluster
     cta_row_slice = row_slice(CLUSTER)
-    row_sum, row_max = row_reducers(CLUSTER)
+    cluster_max_sum = cluster_fold(2, CLUSTER, _merge_max_sum)
 
     @kernel([f"void({S}[:, :], {GS}[:, :], {GS}[:, :], int32, int32)"], name=name,
             max_dynamic_shared_bytes=0 if BACKWARD or CLUSTER > 1 else WIDE_CACHE_BYTES,
@@ -173,7 +184,7 @@ def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
             non_portable_cluster=CLUSTER > MAX_CLUSTER)
     def _softmax_kernel(x, g, out, n, cache_vecs):
         scratch = cuda.shared.array(32, float32)
-        slots = cuda.shared.array(2, float32)  # the cluster's row maximum and sum
+        slots = cuda.shared.array(2, float32)  # this CTA's row maximum and sum, for the cluster
         cache = cuda.shared.array(0, uint32)
         raw = cuda.local.array(RAW, uint32)
         rawg = cuda.local.array(RAWG, uint32)
@@ -220,14 +231,28 @@ def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
                 unpack(words, f, 0)
                 for j in range(VEC):
                     m = max(m, f[j])
-            m = row_max(m, scratch, slots, 0)
+            m = block_max(m, scratch)
             s = float32(0.0)
-            for k in range(REG_VECS):
-                if c0 + t + k * T < c1:
-                    unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]), f, 0)
-                    for j in range(VEC):
-                        s += ex2_approx_f32((f[j] - m) * L)
-            inv = rcp_approx_f32(row_sum(s, scratch, slots, 1))
+            if CLUSTER == 1 or m != neg_inf:  # a CTA of −inf only adds 0 to a cluster's sum
+                for k in range(REG_VECS):
+                    if c0 + t + k * T < c1:
+                        unpack((raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]),
+                               f, 0)
+                        for j in range(VEC):
+                            s += ex2_approx_f32((f[j] - m) * L)
+            s = block_sum(s, scratch)
+            if CLUSTER > 1:
+                # Each CTA's (maximum, sum) merged over the cluster: one cluster barrier.
+                stats = cuda.local.array(2, float32)
+                stats[0] = m
+                stats[1] = s
+                cluster_max_sum(stats, scratch, slots, 0)
+                m = stats[0]
+                s = stats[1]
+                # This CTA has read the others' slots: it arrives at the exit barrier now
+                # and waits on it last (no CTA leaves while another may read its slots).
+                cluster_arrive()
+            inv = rcp_approx_f32(s)
             for k in range(REG_VECS):
                 v = c0 + t + k * T
                 if v < c1:
@@ -235,8 +260,7 @@ def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
                     for j in range(VEC):
                         f[j] = ex2_approx_f32((f[j] - m) * L) * inv
                     st_global_v4_u32(global_addr(out, (int64(r), int64(v * VEC))), pack(f, 0))
-            if CLUSTER > 1:  # no CTA leaves while another may read its slots
-                cluster_arrive()
+            if CLUSTER > 1:
                 cluster_wait()
             return
         r = int32(cuda.blockIdx.x)

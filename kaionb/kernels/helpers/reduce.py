@@ -220,7 +220,9 @@ def cluster_reducers(size):
     ``slots``: a shared float32 array, one element per reduction the kernel makes
     (``k``-th reduction uses ``slots[k]``, so a slot is never rewritten while another CTA
     may still read it). Every thread of every CTA must call it. The kernel must end with
-    ``cluster_arrive(); cluster_wait()`` (a CTA's slots must outlive the others' reads)."""
+    ``cluster_arrive(); cluster_wait()`` (a CTA's slots must outlive the others' reads);
+    the arrive may come as soon as its last cluster reduction has returned (then the
+    others' exit barrier is not on its way: the forward row kernels do that)."""
 
     @device_function
     def cluster_sum(x, scratch, slots, k):
@@ -328,6 +330,45 @@ def cluster_sums(count, size):
             cuda.syncthreads()
 
     return cluster_sums_n
+
+
+@functools.cache
+def cluster_fold(count, size, merge):
+    """Device function ``(values, scratch, slots, at)``: fold ``count`` per-CTA values
+    (each already reduced over its CTA, the same in all its threads) over the ``size``
+    CTAs of a cluster with ``merge(acc, other)`` — a device function that folds the local
+    float32 array ``other`` into ``acc`` in place (both ``count`` long), for statistics
+    that are not plain sums (softmax's (maximum, sum of exponentials)). Thread 0 parks
+    the values in ``slots[at:at + count]``, one cluster barrier, thread 0 reads every
+    CTA's in rank order (the same bits in every CTA) and shares the result through
+    ``scratch`` (at least ``count`` floats). Slots alternate and the kernel ends as for
+    :func:`cluster_sums`."""
+
+    @device_function
+    def cluster_fold_n(values, scratch, slots, at):
+        t = cuda.threadIdx.x
+        if t == 0:
+            for k in range(count):
+                slots[at + k] = values[k]
+        cluster_arrive()
+        cluster_wait()
+        if t == 0:
+            acc = cuda.local.array(count, float32)
+            other = cuda.local.array(count, float32)
+            for k in range(count):
+                acc[k] = ld_shared_cluster_f32(shared_addr(slots, at + k), uint32(0))
+            for rank in range(1, size):
+                for k in range(count):
+                    other[k] = ld_shared_cluster_f32(shared_addr(slots, at + k), uint32(rank))
+                merge(acc, other)
+            for k in range(count):
+                scratch[k] = acc[k]
+        cuda.syncthreads()
+        for k in range(count):
+            values[k] = scratch[k]
+        cuda.syncthreads()
+
+    return cluster_fold_n
 
 
 @functools.cache

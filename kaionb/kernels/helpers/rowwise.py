@@ -440,9 +440,11 @@ def elementwise_views(op, **arrays):
 # ``KernelDef(non_portable_cluster=True)``; the H100 allows 16).
 MAX_CLUSTER = 8
 CLUSTER_SIZES = (2, 4, 8)  # the sizes cluster_row_plan picks (a kernel variant each)
-# Clusters of the forward row kernels (norms, softmax): up to 16 CTAs, so a 262144-element
-# row takes 512-thread CTAs (two per SM) where 8 would need one 1024-thread CTA per SM.
-ROW_CLUSTER_SIZES = (2, 4, 8, 16)
+# Clusters of the forward row kernels (norms, softmax): 8 CTAs, or 16 so a 262144-element
+# row takes 512-thread CTAs (two per SM) where 8 would need one 1024-thread CTA per SM. A
+# row goes to a cluster only when one CTA cannot hold it (CLUSTER_ABOVE_THREADS), and
+# cluster_row_plan then never picks fewer than 8.
+ROW_CLUSTER_SIZES = (8, 16)
 
 
 def cluster_row_plan(nv, per_thread, max_cluster=MAX_CLUSTER):
