@@ -47,11 +47,14 @@ from kaionb.kernels import launch
 from kaionb.kernels import matmul as mm
 from kaionb.kernels import matmul_hopper as mh
 from kaionb.kernels import matmul_int8 as mi8
+from kaionb.kernels import norms
 from kaionb.kernels import quantize as qz
 from kaionb.kernels import reductions as red
+from kaionb.kernels import softmax as softmax_kernels
 from kaionb.kernels.helpers.rowwise import INT8, cluster_row_plan
 from kaionb.kernels.op import Plan
 from kaionb.testing import random_array
+from row_cases import cluster_width
 
 F16, F32, F64, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), bfloat16
 I8, I32, I64 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64)
@@ -403,10 +406,6 @@ def _attention_calls():
 
 # Rows of 256 stay in registers; rows of 77 (misaligned) take the streaming path.
 _ROW_PATHS = (("registers", 256), ("streaming", 77))
-# Row widths the forward row kernels spread over a cluster of 8 and of 16 CTAs (sm_90);
-# add_rms_norm holds half as much of a row per thread.
-_CLUSTER_WIDTHS = {"add_rms_norm": ((8, 20008), (16, 40008))}
-_CLUSTER_WIDTHS_DEFAULT = ((8, 40008), (16, 70000))
 
 
 def _norm(op, dtype, n):
@@ -493,12 +492,15 @@ def _rowwise_calls():
         for op in ("rms_norm", "layer_norm", "add_rms_norm"):
             for path, n in _ROW_PATHS:
                 calls.append(Call(f"{op}/{dtype.name}-{path}", _norm(op, dtype, n)))
-            for size, n in _CLUSTER_WIDTHS.get(op, _CLUSTER_WIDTHS_DEFAULT):
-                calls.append(Call(f"{op}/{dtype.name}-cluster{size}", _norm(op, dtype, n),
+            # Wider than one CTA holds: the row over a cluster of each size.
+            for size in norms._CLUSTER_KERNELS[op, dtype]:
+                calls.append(Call(f"{op}/{dtype.name}-cluster{size}",
+                                  _norm(op, dtype, cluster_width(dtype, size, op)),
                                   sm90_or_newer))
-        for size, n in _CLUSTER_WIDTHS_DEFAULT:
+        for size in softmax_kernels._ROW_CLUSTER_KERNELS[dtype]:
             calls.append(Call(f"softmax/rows-cluster{size}-{dtype.name}",
-                              _softmax(dtype, (64, n), -1), sm90_or_newer))
+                              _softmax(dtype, (64, cluster_width(dtype, size, "softmax")), -1),
+                              sm90_or_newer))
         calls.append(Call(f"softmax/rows-{dtype.name}", _softmax(dtype, (64, 256), -1)))
         calls.append(Call(f"softmax/rows-streaming-{dtype.name}", _softmax(dtype, (8, 77), -1)))
         calls.append(Call(f"softmax/columns-vector-{dtype.name}", _softmax(dtype, (64, 24), 0)))

@@ -9,6 +9,7 @@ import kaionb
 from kaionb.array import bfloat16
 from kaionb.kernels.helpers import rowwise
 from kaionb.kernels.norms import (
+    _CLUSTER_KERNELS,
     add_rms_norm,
     add_rms_norm_ref,
     layer_norm,
@@ -19,7 +20,7 @@ from kaionb.kernels.norms import (
 from kaionb._device import compute_capability
 from kaionb.testing import assert_close, poisoned, random_array
 from kaionb.testing import metadata_array as fake
-from row_cases import CASES, DTYPES
+from row_cases import CASES, DTYPES, cluster_width
 
 gpu = pytest.mark.gpu
 
@@ -144,7 +145,7 @@ def launches(monkeypatch):
     (np.float16, 4096, 256, -1, 1),
     (np.float16, 16384, 1024, -1, 1),  # registers: 16 elements of x and of residual a thread
     (np.float16, 16392, 512, 2050, 1),  # streaming, 2050 words4 parked in shared memory
-    (np.float16, 16392, 256, -1, 8),  # sm_90: registers over a cluster of 8 CTAs a row
+    (np.float16, 16392, 256, -1, 4),  # sm_90: registers over a cluster of 4 CTAs a row
     (np.float32, 16384, 1024, -1, 1),
 ])
 def test_add_rms_norm_plan(launches, monkeypatch, dtype, n, threads, cache, cluster):
@@ -204,13 +205,19 @@ def _needs_clusters():
         pytest.skip("thread-block clusters need sm_90")
 
 
+def _cluster_cases(op):
+    return [(dt, size) for dt in DTYPES
+            for size in _CLUSTER_KERNELS[op, np.dtype(dt)]]
+
+
 @gpu
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("n,size", [(40008, 8), (262136, 16)])
-def test_norms_over_a_cluster(kernels_run, dtype, n, size):
+@pytest.mark.parametrize("dtype,size", _cluster_cases("rms_norm"), ids=str)
+def test_norms_over_a_cluster(kernels_run, dtype, size):
     # Aligned rows too wide for one CTA's registers: one cluster of CTAs per row, the last
     # CTA's run shorter than the others'.
     _needs_clusters()
+    n = cluster_width(dtype, size)
+    assert cluster_width(dtype, size, "layer_norm") == n
     rng = np.random.default_rng(n)
     x = random_array((3, n), dtype, rng=rng, scale=2.0, offset=3.0)
     w = random_array((n,), dtype, rng=rng, scale=0.5, offset=1.0)
@@ -220,14 +227,14 @@ def test_norms_over_a_cluster(kernels_run, dtype, n, size):
     name = np.dtype(dtype).name
     assert [k for k in kernels_run if "norm" in k] == [
         f"_rms_norm_fwd_kernel_c{size}_{name}",
-                           f"_layer_norm_fwd_kernel_c{size}_{name}"]
+        f"_layer_norm_fwd_kernel_c{size}_{name}"]
 
 
 @gpu
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("n,size", [(20008, 8), (262136, 16)])
-def test_add_rms_norm_over_a_cluster(kernels_run, dtype, n, size):
+@pytest.mark.parametrize("dtype,size", _cluster_cases("add_rms_norm"), ids=str)
+def test_add_rms_norm_over_a_cluster(kernels_run, dtype, size):
     _needs_clusters()
+    n = cluster_width(dtype, size, "add_rms_norm")
     rng = np.random.default_rng(n)
     x = random_array((3, n), dtype, rng=rng)
     r = random_array((3, n), dtype, rng=rng, scale=3.0)

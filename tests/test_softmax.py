@@ -12,6 +12,7 @@ from kaionb import grad
 from kaionb._device import compute_capability
 from kaionb.kernels.helpers.rowwise import CODECS
 from kaionb.kernels.softmax import (
+    _ROW_CLUSTER_KERNELS,
     COL_THREADS,
     _axis_order,
     _column_block,
@@ -24,7 +25,7 @@ from kaionb.kernels.softmax import (
 )
 from kaionb.testing import assert_close, poisoned, random_array, tolerance
 from kaionb.testing import metadata_array as fake
-from row_cases import CASES, DTYPES
+from row_cases import CASES, DTYPES, cluster_width
 
 gpu = pytest.mark.gpu
 DTYPE_IDS = {"ids": lambda d: np.dtype(d).name}
@@ -387,12 +388,13 @@ def test_softmax_minus_inf(axis, n):
 
 
 @gpu
-@pytest.mark.parametrize("dtype", DTYPES, **DTYPE_IDS)
-@pytest.mark.parametrize("n,size", [(40008, 8), (262136, 16)])
-def test_softmax_over_a_cluster(kernels_run, dtype, n, size):
+@pytest.mark.parametrize("dtype,size", [(dt, size) for dt in DTYPES
+                                        for size in _ROW_CLUSTER_KERNELS[np.dtype(dt)]], ids=str)
+def test_softmax_over_a_cluster(kernels_run, dtype, size):
     # Aligned rows too wide for one CTA's registers: one cluster of CTAs per row.
     if compute_capability() < (9, 0):
         pytest.skip("thread-block clusters need sm_90")
+    n = cluster_width(dtype, size, "softmax")
     x = random_array((4, n), dtype, rng=np.random.default_rng(n), scale=3.0)
     x[1, : n // 2] = -np.inf  # the first CTAs of the cluster hold only −inf
     x[2, :] = 0.0
