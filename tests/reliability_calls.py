@@ -493,11 +493,11 @@ def _rowwise_calls():
             for path, n in _ROW_PATHS:
                 calls.append(Call(f"{op}/{dtype.name}-{path}", _norm(op, dtype, n)))
             # Wider than one CTA holds: the row over a cluster of each size.
-            for size in norms._CLUSTER_KERNELS[op, dtype]:
+            for size in norms._CLUSTER_KERNELS.get((op, dtype), ()):
                 calls.append(Call(f"{op}/{dtype.name}-cluster{size}",
                                   _norm(op, dtype, cluster_width(dtype, size, op)),
                                   sm90_or_newer))
-        for size in softmax_kernels._ROW_CLUSTER_KERNELS[dtype]:
+        for size in softmax_kernels._ROW_CLUSTER_KERNELS.get(dtype, ()):
             calls.append(Call(f"softmax/rows-cluster{size}-{dtype.name}",
                               _softmax(dtype, (64, cluster_width(dtype, size, "softmax")), -1),
                               sm90_or_newer))

@@ -12,20 +12,17 @@ MAX_ELEMENTS = 1 << 23  # float64 references stay small (16384-row cases: widths
 CASES = [(r, n) for r in ROWS for n in WIDTHS if r * n <= MAX_ELEMENTS]
 
 
+
 def cluster_width(dtype, size, op="rms_norm"):
     """A row width (a multiple of the vector width) that the forward row kernel of ``op``
     (rms_norm, layer_norm, add_rms_norm or softmax) spreads over a cluster of ``size``
-    CTAs on sm_90: more than one CTA and than half as many cluster CTAs hold, so the last
-    CTA's run is short."""
+    CTAs on sm_90 (float32): more than one CTA and than half as many cluster CTAs hold,
+    so the last CTA's run is short."""
     from kaionb.kernels import norms
     from kaionb.kernels.helpers import rowwise
 
     codec = rowwise.CODECS[np.dtype(dtype)]
-    if op == "softmax":
-        per_thread, cluster_per_thread = codec.reg_vecs, rowwise.CLUSTER_REG_VECS
-    else:
-        per_thread = norms._reg_vecs(op, codec)
-        cluster_per_thread = norms._reg_vecs(op, codec, rowwise.MAX_CLUSTER)
+    per_thread = codec.reg_vecs if op == "softmax" else norms._reg_vecs(op, codec)
     vecs = max(per_thread * rowwise.CLUSTER_ABOVE_THREADS,
-               size // 2 * cluster_per_thread * rowwise.PREFERRED_THREADS) + 1
+               size // 2 * per_thread * rowwise.PREFERRED_THREADS) + 1
     return vecs * codec.vec

@@ -145,12 +145,15 @@ def launches(monkeypatch):
     (np.float16, 4096, 256, -1, 1),
     (np.float16, 16384, 1024, -1, 1),  # registers: 16 elements of x and of residual a thread
     (np.float16, 16392, 512, 2050, 1),  # streaming, 2050 words4 parked in shared memory
-    (np.float16, 16392, 256, -1, 4),  # sm_90: registers over a cluster of 4 CTAs a row
     (np.float32, 16384, 1024, -1, 1),
+    (np.float32, 16388, 256, -1, 8),  # sm_90: registers over a cluster of 8 CTAs a row
 ])
-def test_add_rms_norm_plan(launches, monkeypatch, dtype, n, threads, cache, cluster):
-    if cluster > 1:
+@pytest.mark.parametrize("sm90", [False, True])
+def test_add_rms_norm_plan(launches, monkeypatch, dtype, n, threads, cache, cluster, sm90):
+    if sm90:  # clusters for float32 rows that one CTA cannot hold
         monkeypatch.setattr(rowwise, "compute_capability", lambda: (9, 0))
+    elif cluster > 1:
+        threads, cache, cluster = 512, 4098, 1  # the streaming path, 4098 words4 cached
     x, r, w, o, s = (fake((6, n), dtype), fake((6, n), dtype), fake((n,), dtype),
                      fake((6, n), dtype), fake((6, n), dtype))
     normed, s_out = add_rms_norm(x, r, w, out=o, residual_out=s)
@@ -206,8 +209,8 @@ def _needs_clusters():
 
 
 def _cluster_cases(op):
-    return [(dt, size) for dt in DTYPES
-            for size in _CLUSTER_KERNELS[op, np.dtype(dt)]]
+    return [(dt, size) for (kernel_op, dt), sizes in _CLUSTER_KERNELS.items()
+            if kernel_op == op for size in sizes]
 
 
 @gpu

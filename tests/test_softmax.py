@@ -388,8 +388,8 @@ def test_softmax_minus_inf(axis, n):
 
 
 @gpu
-@pytest.mark.parametrize("dtype,size", [(dt, size) for dt in DTYPES
-                                        for size in _ROW_CLUSTER_KERNELS[np.dtype(dt)]], ids=str)
+@pytest.mark.parametrize("dtype,size", [(dt, size) for dt, sizes in _ROW_CLUSTER_KERNELS.items()
+                                        for size in sizes], ids=str)
 def test_softmax_over_a_cluster(kernels_run, dtype, size):
     # Aligned rows too wide for one CTA's registers: one cluster of CTAs per row.
     if compute_capability() < (9, 0):

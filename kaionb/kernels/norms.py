@@ -91,19 +91,18 @@ from ..validation import (
 from .helpers import block_sum
 from .helpers.reduce import block_sums, cluster_sums, row_reducers
 from .helpers.rowwise import (
-    CLUSTER_MAX_THREADS,
-    CLUSTER_REG_VECS,
+    CLUSTER_DTYPES,
     CODECS,
     FLOAT_DTYPES,
     MAX_CLUSTER,
     MAX_THREADS,
     PREFERRED_THREADS,
+    ROW_CLUSTER_SIZES,
     WIDE_CACHE_BYTES,
     WIDE_THREADS,
     chunk_io,
     round_up,
     row_cluster_plan,
-    row_cluster_sizes,
     row_plan,
     row_slice,
     rows_aligned,
@@ -139,14 +138,12 @@ def _bwd_threads(op, cluster=1):
 
 # -- forward ---------------------------------------------------------------------------------
 
-def _reg_vecs(op, codec, cluster=1):
-    """words4 of x per thread on the forward's register path (in one CTA, or in the
-    ``cluster`` > 1 variant: CLUSTER_REG_VECS). add_rms_norm holds x's and the residual's
-    words at once (every load issued before the first store of s): half as many, rows up
-    to 16384 elements in one CTA — the full count spilled 112-144 bytes (float32) and 8
-    (float16 on sm_89) under the 64-register cap."""
-    vecs = CLUSTER_REG_VECS if cluster > 1 else codec.reg_vecs
-    return vecs // 2 if op == "add_rms_norm" else vecs
+def _reg_vecs(op, codec):
+    """words4 of x per thread on the forward's register path. add_rms_norm holds x's and
+    the residual's words at once (every load issued before the first store of s): half
+    as many, rows up to 16384 elements — the full count spilled 112-144 bytes (float32)
+    and 8 (float16 on sm_89) under the 64-register cap."""
+    return codec.reg_vecs // 2 if op == "add_rms_norm" else codec.reg_vecs
 
 
 def _make_norm_kernel(op, codec, name, cluster=1):
@@ -166,7 +163,7 @@ def _make_norm_kernel(op, codec, name, cluster=1):
     load_fresh = codec.load_fresh
     LAYER_NORM = op == "layer_norm"
     ADD = op == "add_rms_norm"
-    REG_VECS = _reg_vecs(op, codec, cluster)
+    REG_VECS = _reg_vecs(op, codec)
     RAW = 4 * REG_VECS
     RAW_ADD = RAW if ADD else 1
     # words4 loads of x in flight per thread in streaming pass 1 (4 spilled 8 bytes on
@@ -377,8 +374,7 @@ def _make_norm_kernel(op, codec, name, cluster=1):
                     store(out, r, e0, n, pack(f, 0))
 
     options = dict(name=name, max_dynamic_shared_bytes=0 if CLUSTER > 1 else WIDE_CACHE_BYTES,
-                   launch_bounds=CLUSTER_MAX_THREADS if CLUSTER > 1 else MAX_THREADS,
-                   min_cc=(9, 0) if CLUSTER > 1 else (8, 0),
+                   launch_bounds=MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0),
                    non_portable_cluster=CLUSTER > MAX_CLUSTER)
     if ADD:
         @kernel([f"void({S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], {S}[:, :], int32, float32, "
@@ -402,9 +398,8 @@ _KERNELS = {(op, dt): _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_{dt.name}"
 # The register path over a cluster of each size (rows too wide for one CTA).
 _CLUSTER_KERNELS = {
     (op, dt): {size: _make_norm_kernel(op, codec, f"_{op}_fwd_kernel_c{size}_{dt.name}", size)
-               for size in row_cluster_sizes(_reg_vecs(op, codec),
-                                             _reg_vecs(op, codec, MAX_CLUSTER))}
-    for op in _FWD_OPS for dt, codec in CODECS.items()}
+               for size in ROW_CLUSTER_SIZES}
+    for op in _FWD_OPS for dt, codec in CODECS.items() if dt in CLUSTER_DTYPES}
 
 
 # -- backward --------------------------------------------------------------------------------
@@ -780,9 +775,8 @@ def _fwd_plan(op, codec, rows, x2, *others):
     ``row_plan`` chooses), or a cluster per row (sm_90) for aligned rows too wide for one
     CTA's registers."""
     per_thread = _reg_vecs(op, codec)
-    clustered = row_cluster_plan(_CLUSTER_KERNELS[op, codec.dtype], codec, x2, *others,
-                                 per_thread=per_thread,
-                                 cluster_per_thread=_reg_vecs(op, codec, MAX_CLUSTER))
+    clustered = row_cluster_plan(_CLUSTER_KERNELS.get((op, codec.dtype)), codec, x2, *others,
+                                 per_thread=per_thread)
     if clustered is not None:
         return _FwdPlan(clustered, -1)
     threads, cache_vecs, smem = row_plan(codec, x2, *others, per_thread=per_thread)

@@ -78,17 +78,16 @@ from .elementwise import _collapse, _needs_copy, copy_convert
 from .helpers import block_max, block_sum
 from .helpers.reduce import block_column_reducer, cluster_fold
 from .helpers.rowwise import (
-    CLUSTER_MAX_THREADS,
-    CLUSTER_REG_VECS,
+    CLUSTER_DTYPES,
     CODECS,
     FLOAT_DTYPES,
     MAX_CLUSTER,
     MAX_THREADS,
     NEG_INF_BITS,
+    ROW_CLUSTER_SIZES,
     WIDE_CACHE_BYTES,
     chunk_io,
     row_cluster_plan,
-    row_cluster_sizes,
     row_plan,
     row_slice,
 )
@@ -169,8 +168,7 @@ def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
     GS = grad_codec.storage if BACKWARD else S
     # The backward holds y and g: half the forward's elements of each per thread (rows up
     # to 16384 in registers), which keeps 1024-thread blocks under their 64 registers.
-    REG_VECS = (codec.reg_vecs // 2 if BACKWARD else
-                CLUSTER_REG_VECS if cluster > 1 else codec.reg_vecs)
+    REG_VECS = codec.reg_vecs // 2 if BACKWARD else codec.reg_vecs
     RAW = 4 * REG_VECS
     # words4 loads (of each array) in flight per streaming step. Backward: one — two spilled
     # 8 bytes on sm_89 (half y and g under the 64 registers of 1024 threads); two 512-thread
@@ -183,8 +181,7 @@ def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
 
     @kernel([f"void({S}[:, :], {GS}[:, :], {GS}[:, :], int32, int32)"], name=name,
             max_dynamic_shared_bytes=0 if BACKWARD or CLUSTER > 1 else WIDE_CACHE_BYTES,
-            launch_bounds=CLUSTER_MAX_THREADS if CLUSTER > 1 else MAX_THREADS,
-            min_cc=(9, 0) if CLUSTER > 1 else (8, 0),
+            launch_bounds=MAX_THREADS, min_cc=(9, 0) if CLUSTER > 1 else (8, 0),
             non_portable_cluster=CLUSTER > MAX_CLUSTER)
     def _softmax_kernel(x, g, out, n, cache_vecs):
         scratch = cuda.shared.array(32, float32)
@@ -553,8 +550,8 @@ _ROW_KERNELS = {dt: _make_softmax_kernel(codec, f"_softmax_fwd_kernel_{dt.name}"
 _ROW_CLUSTER_KERNELS = {
     dt: {size: _make_softmax_kernel(codec, f"_softmax_fwd_kernel_c{size}_{dt.name}",
                                     cluster=size)
-         for size in row_cluster_sizes(codec.reg_vecs)}
-    for dt, codec in CODECS.items()}
+         for size in ROW_CLUSTER_SIZES}
+    for dt, codec in CODECS.items() if dt in CLUSTER_DTYPES}
 _ROW_BWD_KERNELS = {
     (dt, gdt): _make_softmax_kernel(codec, f"_softmax_bwd_kernel_{dt.name}_grad_{gdt.name}",
                                     CODECS[gdt])
@@ -677,7 +674,7 @@ def _launch(axis, backward, x, g, out):
             if cache_vecs >= 0:  # the backward streams without a shared cache
                 cache_vecs, smem = 0, 0
         else:
-            clustered = row_cluster_plan(_ROW_CLUSTER_KERNELS[x.dtype], codec, xv, ov)
+            clustered = row_cluster_plan(_ROW_CLUSTER_KERNELS.get(x.dtype), codec, xv, ov)
             if clustered is not None:
                 clustered.launch(xv, gv, ov, n, -1)
                 return

@@ -440,17 +440,19 @@ def elementwise_views(op, **arrays):
 # ``KernelDef(non_portable_cluster=True)``; the H100 allows 16).
 MAX_CLUSTER = 8
 CLUSTER_SIZES = (2, 4, 8)  # the sizes cluster_row_plan picks (a kernel variant each)
-# Clusters of the forward row kernels (norms, softmax): up to 16 CTAs (a 262144-element
-# row of float32 in 512-thread CTAs).
-MAX_ROW_CLUSTER = 16
-# words4 a thread holds in a forward row kernel's cluster variant, whatever the dtype: 128
-# bytes (the one-CTA path holds 32 elements: 64 bytes of halves). Each cluster reduction
-# costs a CTA a fixed wait; with 16 KiB a CTA between them (4 words4 of halves) the
-# clusters read 55-76% of copy at [2048, 65536] f16, with 32 KiB (float32) 82-90%.
-CLUSTER_REG_VECS = 8
-# ... in CTAs of at most this many threads (their launch bound: 128 registers; softmax's
-# halves spilled 164-200 bytes under the 64 of 1024 threads).
+# Clusters of the forward row kernels (norms, softmax): 8 CTAs, or 16 (a 262144-element
+# row of float32 in 512-thread CTAs). A row goes to a cluster only when one CTA cannot
+# hold it (CLUSTER_ABOVE_THREADS), and cluster_row_plan then never picks fewer than 8.
+ROW_CLUSTER_SIZES = (8, 16)
+# ... in CTAs of at most this many threads: one 1024-thread CTA a SM left add_rms_norm
+# float32 [512, 262144] at 75.6% of copy on 16 CTAs, 78.8% on the one-CTA streaming path.
 CLUSTER_MAX_THREADS = 512
+# ... and for float32 rows only. Halves in the same kernels ran slower than their one-CTA
+# paths (H100, [2048, 65536] float16, % of copy, cluster / one CTA: rms_norm 74 / 80,
+# layer_norm 55 / 71, softmax 68 / 90, add_rms_norm 76 / 93; as slow with 8 words4 a
+# thread in 4-CTA clusters), float32 faster (rms_norm 85 / 74, layer_norm 82 / 71,
+# softmax 90 / 75, add_rms_norm 93 / 86). docs/perf-log-primitives.md has the runs.
+CLUSTER_DTYPES = (np.dtype(np.float32),)
 
 
 def cluster_row_plan(nv, per_thread, max_cluster=MAX_CLUSTER, max_threads=MAX_THREADS):
@@ -491,33 +493,22 @@ def row_slice(size):
 CLUSTER_ABOVE_THREADS = MAX_THREADS
 
 
-def row_cluster_sizes(per_thread, cluster_per_thread=CLUSTER_REG_VECS):
-    """The cluster sizes :func:`row_cluster_plan` can pick for a kernel whose one-CTA path
-    holds ``per_thread`` words4 a thread and its cluster variants ``cluster_per_thread``
-    (a kernel variant each): from the smallest whose CTAs of PREFERRED_THREADS hold more
-    than one CTA does, to MAX_ROW_CLUSTER."""
-    size = 2
-    while size * cluster_per_thread * PREFERRED_THREADS <= per_thread * CLUSTER_ABOVE_THREADS:
-        size *= 2
-    return tuple(2**k for k in range(size.bit_length() - 1, MAX_ROW_CLUSTER.bit_length()))
-
-
-def row_cluster_plan(kernels, codec, x2, *others, per_thread=None,
-                     cluster_per_thread=CLUSTER_REG_VECS):
+def row_cluster_plan(kernels, codec, x2, *others, per_thread=None):
     """The :class:`~kaionb.kernels.op.Plan` of a forward row kernel's register path spread
-    over a thread-block cluster per row (sm_90; the conditions of :func:`row_plan`'s
-    register path), or None where one CTA holds the row (``per_thread`` words4 a thread,
-    ``row_plan``) or no cluster of CTAs holding ``cluster_per_thread`` can. ``kernels``:
-    cluster size -> the kernel variant (:func:`row_cluster_sizes`). A cluster beyond the
-    portable 8 is taken only where the driver says one can be resident."""
+    over a thread-block cluster per row (sm_90, CLUSTER_DTYPES; the conditions of
+    :func:`row_plan`'s register path, ``per_thread`` words4 a thread), or None where one
+    CTA holds the row (``row_plan``) or no cluster can. ``kernels``: cluster size -> the
+    kernel variant (ROW_CLUSTER_SIZES). A cluster beyond the portable 8 is taken only
+    where the driver says one can be resident."""
     rows, n = x2.shape
     per_thread = codec.reg_vecs if per_thread is None else per_thread
     nv = -(-n // codec.vec)
-    if (nv <= per_thread * CLUSTER_ABOVE_THREADS or n % codec.vec
-            or compute_capability() < (9, 0) or not rows_aligned(x2, *others)):
+    if (codec.dtype not in CLUSTER_DTYPES or nv <= per_thread * CLUSTER_ABOVE_THREADS
+            or n % codec.vec or compute_capability() < (9, 0)
+            or not rows_aligned(x2, *others)):
         return None
-    for max_cluster in (MAX_ROW_CLUSTER, MAX_CLUSTER):
-        picked = cluster_row_plan(nv, cluster_per_thread, max_cluster, CLUSTER_MAX_THREADS)
+    for max_cluster in (ROW_CLUSTER_SIZES[-1], MAX_CLUSTER):
+        picked = cluster_row_plan(nv, per_thread, max_cluster, CLUSTER_MAX_THREADS)
         if picked is None:
             return None
         size, threads = picked
