@@ -11,7 +11,10 @@ backward passes.
 Memory-bound: the floor is one read of each input and one write of each output (w and b
 stay in L2). One block per row. Aligned rows of up to 32768 elements (16384 for
 add_rms_norm, which holds x and residual at once) stay in registers between the
-statistics and the output: one pass over HBM. Wider or misaligned rows stream
+statistics and the output: one pass over HBM. On sm_90, wider aligned float32 rows
+(up to 262144 elements; 131072 for add_rms_norm) take the same register path over a
+thread-block cluster of 8 or 16 CTAs, one cluster reduction a row (rowwise's
+CLUSTER_DTYPES says why halves do not). Other wider or misaligned rows stream
 twice, the first 96 KiB of the row parked in shared memory and the rest re-read (from L2
 when the row is recent). Statistics accumulate in float32: the register path takes the
 variance around the mean in a second sweep over registers; the streaming path from sums

@@ -21,7 +21,10 @@ takes x's axis order (NumPy's ``order="K"``): C-contiguous for C-ordered x.
 
 - **Row kernel** (L has unit stride in every array, the other axes one stride): one block
   per line, as :mod:`kaionb.kernels.norms`. Aligned lines of up to 32768 elements
-  (forward) or 16384 (backward: y and g both held) stay in registers: one pass over HBM.
+  (forward) or 16384 (backward: y and g both held) stay in registers: one pass over HBM;
+  on sm_90 the forward holds aligned float32 lines of up to 262144 elements in the
+  registers of a thread-block cluster (8 or 16 CTAs, each CTA's (max, Σexp) pair merged
+  across it in one cluster reduction).
   Wider or misaligned lines stream twice; the forward parks the first 96 KiB of the line
   in shared memory, the backward re-reads (from L2 when recent).
 - **Column kernel** (everything else): x viewed as [O, L, I]; a block of (TX, TY)
