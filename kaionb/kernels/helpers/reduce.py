@@ -308,28 +308,49 @@ def cluster_sums(count, size):
     block = block_sums(count)
     CLUSTER = size
 
+    park, take = _slot_exchange(count)
+
     @device_function
     def cluster_sums_n(values, scratch, slots, at):
         block(values, scratch)
         if CLUSTER > 1:
+            park(values, slots, at)
             t = cuda.threadIdx.x
-            if t == 0:
-                for k in range(count):
-                    slots[at + k] = values[k]
-            cluster_arrive()
-            cluster_wait()
             if t < count:
                 addr = shared_addr(slots, at + t)
                 total = ld_shared_cluster_f32(addr, uint32(0))
                 for rank in range(1, CLUSTER):
                     total += ld_shared_cluster_f32(addr, uint32(rank))
                 scratch[t] = total
-            cuda.syncthreads()
-            for k in range(count):
-                values[k] = scratch[k]
-            cuda.syncthreads()
+            take(values, scratch)
 
     return cluster_sums_n
+
+
+@functools.cache
+def _slot_exchange(count):
+    """``(park, take)`` device functions of the cluster reductions over ``count`` values:
+    ``park(values, slots, at)`` — thread 0 writes the CTA's values to its
+    ``slots[at:at + count]``, then one cluster barrier (every CTA's slots written);
+    ``take(values, scratch)`` — every thread reads the combined values from
+    ``scratch[0:count]`` (written by the reading threads), between block barriers."""
+
+    @device_function
+    def park(values, slots, at):
+        if cuda.threadIdx.x == 0:
+            for k in range(count):
+                slots[at + k] = values[k]
+        cluster_arrive()
+        cluster_wait()
+
+    @device_function
+    def take(values, scratch):
+        cuda.syncthreads()
+        for k in range(count):
+            values[k] = scratch[k]
+        cuda.syncthreads()
+
+    return park, take
 
 
 @functools.cache
@@ -344,15 +365,12 @@ def cluster_fold(count, size, merge):
     ``scratch`` (at least ``count`` floats). Slots alternate and the kernel ends as for
     :func:`cluster_sums`."""
 
+    park, take = _slot_exchange(count)
+
     @device_function
     def cluster_fold_n(values, scratch, slots, at):
-        t = cuda.threadIdx.x
-        if t == 0:
-            for k in range(count):
-                slots[at + k] = values[k]
-        cluster_arrive()
-        cluster_wait()
-        if t == 0:
+        park(values, slots, at)
+        if cuda.threadIdx.x == 0:
             acc = cuda.local.array(count, float32)
             other = cuda.local.array(count, float32)
             for k in range(count):
@@ -363,10 +381,7 @@ def cluster_fold(count, size, merge):
                 merge(acc, other)
             for k in range(count):
                 scratch[k] = acc[k]
-        cuda.syncthreads()
-        for k in range(count):
-            values[k] = scratch[k]
-        cuda.syncthreads()
+        take(values, scratch)
 
     return cluster_fold_n
 
