@@ -745,17 +745,23 @@ def _scalar(loop):
 
 
 def _elementwise(key):
-    """The call that runs the kernel of ``key``: arrays of its operand dtypes (1-D for the
-    flat layout, transposed [33, 8] views for the strided one), scalars in its scalar slots."""
+    """The call that runs the kernel of ``key``: arrays of its operand dtypes (1-D of 263
+    elements for the vector layout — a partial last words4 —, 1-D starting one element
+    into an allocation for the flat one, transposed [33, 8] views for the strided one),
+    scalars in its scalar slots."""
     nin = ew.UFUNCS[key.op].nin
-    shape = (264,) if key.layout == "flat" else (8, 33)
+    shape = {"vector": (263,), "flat": (264,), "strided": (8, 33)}[key.layout]
 
     def make(rng):
         operands = []
         for i, (src, loop) in enumerate(zip(key.operands[:nin], key.loops[:nin])):
             if src is not None:
                 x = _dev(rng, shape, src)
-                operands.append(x if key.layout == "flat" else x.T)
+                if key.layout == "flat":
+                    x = x[1:]  # off 16-byte alignment: not the vector layout
+                elif key.layout == "strided":
+                    x = x.T
+                operands.append(x)
             elif key.op == "clip":
                 operands.append((-0.5, 0.5)[i - 1])  # the bounds
             else:

@@ -151,6 +151,28 @@ def _inputs(dt, shape, rng, positive=False):
 
 
 @gpu
+@pytest.mark.parametrize("dt", [F32, F16, BF16, F64, np.int64, np.int16, np.int8, np.uint8,
+                                np.bool_], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", [1, 7, 263, 4099])
+def test_vector_and_flat_layouts(dt, n, rng, kernels_run):
+    # Aligned contiguous operands of one itemsize take the vector kernel (16-byte words,
+    # the last n % per elements one by one); one element into an allocation, the flat one.
+    name = "logical_xor" if np.dtype(dt) == np.bool_ else "multiply"
+    a, b = _inputs(dt, (n + 1,), rng), _inputs(dt, (n + 1,), rng)
+    da, db = kaionb.asarray(a), kaionb.asarray(b)
+    _close(getattr(kaionb, name)(da[:n], db[:n]), _numpy(name, a[:n], b[:n]), "vector")
+    _close(getattr(kaionb, name)(da[1:], db[1:]), _numpy(name, a[1:], b[1:]), "flat")
+    scalar = True if np.dtype(dt) == np.bool_ else 3
+    _close(getattr(kaionb, name)(da[:n], scalar),
+           _numpy(name, a[:n], np.asarray(scalar).astype(dt)), "vector, scalar")
+    out = da[:n]  # in place: the output is an input, element for element
+    assert getattr(kaionb, name)(out, db[:n], out=out) is out
+    _close(out, _numpy(name, a[:n], b[:n]), "vector, in place")
+    layouts = [k.rsplit("_", 2)[1] for k in kernels_run if k.startswith("_elementwise_")]
+    assert layouts == ["vector", "flat", "vector", "vector"]
+
+
+@gpu
 @pytest.mark.parametrize("dt", [F32, F16, BF16, F64, np.int32, np.int8, np.uint8],
                          ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name", ARITH)

@@ -222,10 +222,16 @@ PLANNED = [
                              out=fake((4, 8), bfloat16)),
      ["_dequantize_int8_fwd_kernel_bfloat16"]),
     (lambda: copy_convert(fake((4, 8), bfloat16), fake((4, 8), np.float16)),
-     ["_elementwise_copy_bfloat16_s_s_as_float16_x_x_to_float16_flat_kernel"]),
+     ["_elementwise_copy_bfloat16_s_s_as_float16_x_x_to_float16_vector_kernel"]),
     (lambda: copy_convert(fake((4, 8), np.int8).T, fake((8, 4), np.int8)),
      ["_elementwise_copy_int8_s_s_as_int8_x_x_to_int8_strided_kernel"]),
-    (lambda: elementwise_fwd("add", fake((4, 8)), fake((4, 8)), out=fake((4, 8))), ["_elementwise_add_float32_float32_s_as_float32_float32_x_to_float32_flat_kernel"]),
+    (lambda: elementwise_fwd("add", fake((4, 8)), fake((4, 8)), out=fake((4, 8))),
+     ["_elementwise_add_float32_float32_s_as_float32_float32_x_to_float32_vector_kernel"]),
+    # One operand off 16-byte alignment, or itemsizes that differ: the flat kernel.
+    (lambda: elementwise_fwd("add", fake((9,))[1:], fake((8,)), out=fake((8,))),
+     ["_elementwise_add_float32_float32_s_as_float32_float32_x_to_float32_flat_kernel"]),
+    (lambda: copy_convert(fake((4, 8), np.float16), fake((4, 8))),
+     ["_elementwise_copy_float16_s_s_as_float32_x_x_to_float32_flat_kernel"]),
 ]
 
 
@@ -255,7 +261,8 @@ def test_op_kernels_follow_the_naming_scheme():
     # The elementwise family: op, operand dtypes ("s" a scalar), loop dtypes, output, layout.
     family = [k.name for k in elementwise._samples()]
     assert [n for n in family if not re.fullmatch(
-        r"_elementwise_[a-z_]+?_((\w+?|s)_){3}as_\w+_to_\w+_(flat|strided)_kernel", n)] == []
+        r"_elementwise_[a-z_]+?_((\w+?|s)_){3}as_\w+_to_\w+_(vector|flat|strided)_kernel",
+        n)] == []
 
 
 def test_rows_view_refuses_with_the_one_message_format():

@@ -13,6 +13,11 @@ Host side, once per call signature (then :func:`~kaionb.kernels.op.fast_path` re
 3. A kernel is picked by (op, operand dtypes and kinds, loop dtype, output dtype,
    layout) and made on first use (:func:`_elementwise_kernel`):
 
+   - ``vector``: ``flat`` where every array (operands and output) has the same itemsize
+     and a 16-byte aligned start: each thread moves ``VECTORS`` 16-byte words4 per
+     operand per step (``ld.global.v4`` / ``st.global.v4``: 8 halves a load where the
+     flat kernel moves one), decoded through :func:`.helpers.dtypes.word_codec`; the
+     last ``n % (16 // itemsize)`` elements go element by element.
    - ``flat``: every array operand contiguous along one collapsed axis. A grid-stride
      loop in which each thread issues ``UNROLL`` coalesced loads per operand before it
      computes and stores, so a warp keeps several memory requests in flight.
@@ -36,20 +41,22 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda
+from numba import cuda, int64, uint32
 
 from .._device import multiprocessor_count
 from ..array import DeviceArray, bfloat16, empty, register_kernel
-from ..ptx_patches import device_function
+from ..ptx_patches import device_function, global_addr, ld_global_v4_u32, st_global_v4_u32
 from ..validation import as_array, fail
 from .helpers.dtypes import (BOOL, HALF_DTYPES, compute_type, converter, encode, host_scalar,
-                             scalar_type_name, storage)
+                             scalar_type_name, storage, word_codec)
 from .helpers.scalar_math import scalar_op
 from .launch import KernelDef, kernel_family
 from .op import Plan, _span, fast_path, record, run
 
 THREADS = 256
 UNROLL = 4  # loads in flight per operand per thread in the flat kernel
+VECTORS = 2  # words4 in flight per operand per thread in the vector kernel (its loop: two)
+VECTOR_BYTES = 16
 # Enough resident blocks to cover an H100 (132 SMs) in one wave; a grid-stride loop
 # takes the rest.
 BLOCKS_PER_SM = 8
@@ -215,6 +222,76 @@ def _make_flat(fn, loads, enc):
     return _elementwise_flat_kernel
 
 
+def _vector_slot(src: np.dtype | None, loop: np.dtype | None):
+    """``(load, element)`` of one operand slot of the vector kernel: ``load(x, v)`` its
+    words4 v, ``element(words, x, k)`` element k of them in ``loop``'s compute type. A
+    scalar (or unused) slot loads nothing and is its own every element."""
+    if src is None:
+        @device_function
+        def load_none(x, v):
+            return (uint32(0), uint32(0), uint32(0), uint32(0))
+
+        @device_function
+        def scalar(words, x, k):
+            return x
+
+        return load_none, scalar
+    per = VECTOR_BYTES // src.itemsize
+    get = word_codec(src)[0]
+    conv = converter(src, loop)
+
+    # Coherent loads (not .nc): the output may be an input, element for element.
+    @device_function
+    def load(x, v):
+        return ld_global_v4_u32(global_addr(x, int64(v) * per))
+
+    @device_function
+    def element(words, x, k):
+        return conv(get(words, k))
+
+    return load, element
+
+
+def _make_vector(fn, loads, slots, enc, out_dt):
+    """The vector layout's kernel (module doc); ``slots`` the operands' (load, element).
+    Each step of a thread loads two words4 of every operand (VECTORS), then computes and
+    stores them."""
+    ld0, ld1, ld2 = loads
+    (vl0, el0), (vl1, el1), (vl2, el2) = slots
+    put = word_codec(out_dt)[1]
+    PER = VECTOR_BYTES // out_dt.itemsize
+    span = THREADS * VECTORS
+
+    @device_function
+    def compute_store(a, b, c, x0, x1, x2, out, v):
+        w = cuda.local.array(4, uint32)
+        for i in range(4):
+            w[i] = uint32(0)
+        for k in range(PER):
+            put(w, k, enc(fn(el0(a, x0, k), el1(b, x1, k), el2(c, x2, k))))
+        st_global_v4_u32(global_addr(out, int64(v) * PER), (w[0], w[1], w[2], w[3]))
+
+    def _elementwise_vector_kernel(x0, x1, x2, out, n):
+        nvec = n // PER
+        tail = nvec * PER + cuda.blockIdx.x * THREADS + cuda.threadIdx.x
+        if tail < n:  # the elements past the last whole words4: one a thread
+            out[tail] = enc(fn(ld0(x0, tail), ld1(x1, tail), ld2(x2, tail)))
+        v = cuda.blockIdx.x * span + cuda.threadIdx.x
+        step = cuda.gridDim.x * span
+        while v < nvec:
+            v1 = v + THREADS
+            a0, b0, c0 = vl0(x0, v), vl1(x1, v), vl2(x2, v)
+            a1, b1, c1 = a0, b0, c0
+            if v1 < nvec:  # every load issued before any store
+                a1, b1, c1 = vl0(x0, v1), vl1(x1, v1), vl2(x2, v1)
+            compute_store(a0, b0, c0, x0, x1, x2, out, v)
+            if v1 < nvec:
+                compute_store(a1, b1, c1, x0, x1, x2, out, v1)
+            v += step
+
+    return _elementwise_vector_kernel
+
+
 def _make_strided(fn, loads, enc):
     ld0, ld1, ld2 = loads
 
@@ -246,7 +323,7 @@ class KernelKey(NamedTuple):
     operands: tuple
     loops: tuple  # per slot, the dtype its value is computed as (None: unused slot)
     out: np.dtype
-    layout: str  # "flat" or "strided"
+    layout: str  # "vector", "flat" or "strided"
 
 
 _KERNELS: dict = {}
@@ -259,7 +336,7 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
     kdef = _KERNELS.get(key)
     if kdef is not None:
         return kdef
-    flat = key.layout == "flat"
+    flat = key.layout in ("flat", "vector")
     make_load = _flat_loader if flat else _strided_loader
     result_loop = key.loops[1] if key.op == "where" else key.loops[0]
     fn = _compute_fn(key.op, result_loop)
@@ -278,8 +355,12 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
     tag = "_".join("s" if s is None else s.name for s in key.operands)
     loops = "_".join("x" if lp is None else lp.name for lp in key.loops)
     name = f"_elementwise_{key.op}_{tag}_as_{loops}_to_{key.out.name}_{key.layout}_kernel"
-    maker = _make_flat if flat else _make_strided
-    kdef = KernelDef(maker(fn, loads, encode(key.out)), [f"void({', '.join(args)})"],
+    if key.layout == "vector":
+        slots = tuple(_vector_slot(src, loop) for src, loop in zip(key.operands, key.loops))
+        pyfunc = _make_vector(fn, loads, slots, encode(key.out), key.out)
+    else:
+        pyfunc = (_make_flat if flat else _make_strided)(fn, loads, encode(key.out))
+    kdef = KernelDef(pyfunc, [f"void({', '.join(args)})"],
                      name=name, registered=False,
                      local_memory=_TRIG_LOCAL_MEMORY if key.op in ("sin", "cos") else None)
     _KERNELS[key] = kdef
@@ -480,7 +561,10 @@ def _elementwise_launch(name, operands, loops, out):
         n = shape[0] if shape else 1
         flat_views = iter(a._view((n,), (a.itemsize,)) for a in arrays)
         args = [next(flat_views) if isinstance(v, DeviceArray) else v for v in views]
-        _launch(name, args, loops, out._view((n,), (out.itemsize,)), "flat")
+        vector = all(a.itemsize == out.itemsize and a.ptr % VECTOR_BYTES == 0
+                     for a in [out] + arrays)
+        _launch(name, args, loops, out._view((n,), (out.itemsize,)),
+                "vector" if vector else "flat")
         return
     lead = len(shape) - MAX_DIMS
     for index in np.ndindex(*shape[:lead]) if lead > 0 else [()]:
@@ -506,6 +590,12 @@ def _launch(name, args, loops, out, layout):
     kdef = _elementwise_kernel(key)
     values = [a if isinstance(a, DeviceArray) else
               (0 if lp is None else host_scalar(a, lp)) for a, lp in zip(slots, loop_slots)]
+    if layout == "vector":
+        n = out.size
+        per = VECTOR_BYTES // out.itemsize
+        grid = (_grid_stride_blocks(n // per, VECTORS),)
+        Plan.of(kdef, grid, (THREADS,)).launch(*values, out, n)
+        return
     if layout == "flat":
         n = out.size
         grid = (_grid_stride_blocks(n, UNROLL),)
@@ -526,8 +616,8 @@ def _launch(name, args, loops, out, layout):
 
 @kernel_family
 def _samples():
-    """Every op once (float32, flat), every dtype through add and copy (both layouts),
-    every scalar slot kind, and the mixed-dtype conversions."""
+    """Every op once (float32, flat and vector), every dtype through add and copy (every
+    layout), every scalar slot kind, and the mixed-dtype conversions."""
     f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
     keys = []
     for name, spec in UFUNCS.items():
@@ -535,14 +625,17 @@ def _samples():
             continue
         dt = np.dtype(np.int32) if name.startswith("bitwise") else f32
         loops, out = resolve(name, (dt,) * spec.nin)
-        keys.append(KernelKey(name, (dt,) * spec.nin + (None,) * (3 - spec.nin),
-                              loops + (None,) * (3 - spec.nin), out, "flat"))
+        for layout in ("flat", "vector") if out.itemsize == dt.itemsize else ("flat",):
+            keys.append(KernelKey(name, (dt,) * spec.nin + (None,) * (3 - spec.nin),
+                                  loops + (None,) * (3 - spec.nin), out, layout))
     ints = [np.dtype(t) for t in (np.int64, np.uint64, np.int32, np.uint32, np.int16,
                                   np.uint16, np.int8, np.uint8)]
     for dt in [np.dtype(np.float64), f32, f16, bfloat16, BOOL] + ints:
-        for layout in ("flat", "strided"):
+        for layout in ("vector", "flat", "strided"):
             keys.append(KernelKey("add", (dt, dt, None), (dt, dt, None), dt, layout))
-            keys.append(KernelKey("copy", (dt, None, None), (f32, None, None), f32, layout))
+            if layout != "vector" or dt.itemsize == f32.itemsize:
+                keys.append(KernelKey("copy", (dt, None, None), (f32, None, None), f32,
+                                      layout))
     for dt in [f32, f16, np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int64)]:
         for name in ("floor_divide", "remainder", "pow", "maximum", "less"):
             loops, out = resolve(name, (dt, dt))

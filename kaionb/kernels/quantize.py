@@ -44,6 +44,7 @@ from ..ptx_patches import (
 )
 from ..validation import as_array, as_dtype, check_contiguous, check_same_device, fail
 from .helpers.reduce import block_max, row_reducers
+from .helpers.dtypes import f32_from_bits, f32_to_bits
 from .helpers.int8 import QMAX, inverse_scale, quantize_words16
 from .helpers.rowwise import (
     CLUSTER_SIZES,
@@ -55,8 +56,6 @@ from .helpers.rowwise import (
     MAX_CLUSTER,
     MAX_THREADS,
     REG_ELEMS,
-    f32_from_bits,
-    f32_to_bits,
     flat_view,
     cluster_row_plan,
     map_plan,

@@ -80,10 +80,10 @@ from .helpers.dtypes import (
     converter,
     decode,
     encode,
+    f32_from_bits,
     storage,
 )
 from .helpers.reduce import block_pair_reducer, warp_pair_reducer
-from .helpers.rowwise import f32_from_bits
 from .launch import kernel, kernel_family
 from .op import C_CONTIGUOUS, Plan, fast_path, output, record, run
 

@@ -48,7 +48,8 @@ from ..validation import (
     check_same_device,
     fail,
 )
-from .helpers.rowwise import CODECS, FLOAT_DTYPES, f32_from_bits
+from .helpers.dtypes import f32_from_bits
+from .helpers.rowwise import CODECS, FLOAT_DTYPES
 from .launch import kernel
 from .op import Plan, _span, fast_path, output, record, run
 

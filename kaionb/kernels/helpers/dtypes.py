@@ -17,10 +17,14 @@ NumPy gives: it casts the input to the loop's dtype first).
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
-from numba import boolean, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32
-from numba import uint64
+from llvmlite import ir
+from numba import boolean, float32, float64, int8, int16, int32, int64, types, uint8, uint16
+from numba import uint32, uint64
+from numba.cuda.extending import intrinsic
 
 from kaionb.ptx_patches import (bf16x2_to_f32x2, cvt_rn_bf16x2_f32, cvt_rn_f16x2_f32,
                                 device_function, f16x2_to_f32x2)
@@ -155,3 +159,89 @@ def converter(src: np.dtype, dst: np.dtype):
         return cast(dec(x))
 
     return convert
+
+
+# -- elements packed in 16-byte words4 (vector loads and stores of any dtype) ----------------
+
+@intrinsic
+def _f64_from_bits(typingctx, bits):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.uint64), codegen
+
+
+@intrinsic
+def _f64_to_bits(typingctx, value):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.uint64(types.float64), codegen
+
+
+@intrinsic
+def f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the uint32 ``bits`` (an LLVM bitcast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def f32_to_bits(typingctx, value):
+    """The uint32 bit pattern of the float32 ``value`` (an LLVM bitcast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+@functools.cache
+def word_codec(dt: np.dtype):
+    """``(get, put)``: device functions between a words4 (four uint32, 16 bytes, little
+    endian) and the ``16 // itemsize`` elements of ``dt`` in it, in ``dt``'s storage
+    type: ``get(words, k)`` is element k; ``put(w, k, value)`` ors element k's bits into
+    the local uint32 array ``w`` (zeroed by the caller). ``k`` a compile-time constant
+    after unrolling, so everything stays in registers."""
+    dt = np.dtype(dt)
+    size = dt.itemsize
+    store_type = {"float64": float64, "float32": float32, "int64": int64, "int32": int32,
+                  "int16": int16, "int8": int8, "uint64": uint64, "uint32": uint32,
+                  "uint16": uint16, "uint8": uint8}[storage(dt)]
+    if size == 8:
+        is_float = dt.kind == "f"
+
+        @device_function
+        def get(words, k):
+            bits = uint64(words[2 * k]) | (uint64(words[2 * k + 1]) << uint64(32))
+            return _f64_from_bits(bits) if is_float else store_type(bits)
+
+        @device_function
+        def put(w, k, value):
+            bits = _f64_to_bits(value) if is_float else uint64(value)
+            w[2 * k] = uint32(bits & uint64(0xFFFFFFFF))
+            w[2 * k + 1] = uint32(bits >> uint64(32))
+    elif size == 4:
+        is_float = dt.kind == "f"
+
+        @device_function
+        def get(words, k):
+            return f32_from_bits(words[k]) if is_float else store_type(words[k])
+
+        @device_function
+        def put(w, k, value):
+            w[k] = f32_to_bits(value) if is_float else uint32(value)
+    else:
+        PER = 4 // size
+        BITS = 8 * size
+        MASK = (1 << BITS) - 1
+
+        @device_function
+        def get(words, k):
+            return store_type((words[k // PER] >> uint32((k % PER) * BITS)) & uint32(MASK))
+
+        @device_function
+        def put(w, k, value):
+            w[k // PER] |= (uint32(value) & uint32(MASK)) << uint32((k % PER) * BITS)
+    return get, put

@@ -23,9 +23,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from llvmlite import ir
 from numba import cuda, float32, int32, int64, types, uint16, uint32, uint64
-from numba.cuda.extending import intrinsic
 
 from ..._device import compute_capability
 from ...array import bfloat16
@@ -45,6 +43,7 @@ from ...ptx_patches import (
     st_shared_v4_u32,
 )
 from ...validation import fail
+from .dtypes import f32_from_bits, f32_to_bits
 from ..op import Plan
 
 VEC_BYTES = 16
@@ -54,24 +53,6 @@ VEC_BYTES = 16
 REG_ELEMS = 32
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), bfloat16)
 _INT32_MAX = 2**31 - 1
-
-
-@intrinsic
-def f32_from_bits(typingctx, bits):
-    """The float32 whose bit pattern is the uint32 ``bits`` (an LLVM bitcast)."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return types.float32(types.uint32), codegen
-
-
-@intrinsic
-def f32_to_bits(typingctx, value):
-    """The uint32 bit pattern of the float32 ``value`` (an LLVM bitcast)."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.uint32(types.float32), codegen
 
 
 class Codec:
