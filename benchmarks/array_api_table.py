@@ -74,6 +74,11 @@ def cases():
         rows.append((f"a + b, 2^28 {np.dtype(dt).name}", lambda ka=ka, kb=kb, ko=ko:
                      kaionb.add(ka, kb, out=ko), lambda a=a, b=b, o=o: cp.add(a, b, out=o),
                      3 * a.nbytes))
+        # One element in: no operand 16-byte aligned, so kaionb's element-wise flat kernel
+        # (the vector kernel's fallback).
+        rows.append((f"a + b, 2^28 - 1 {np.dtype(dt).name}, unaligned",
+                     lambda ka=ka, kb=kb, ko=ko: kaionb.add(ka[1:], kb[1:], out=ko[1:]),
+                     lambda a=a, b=b, o=o: cp.add(a[1:], b[1:], out=o[1:]), 3 * a[1:].nbytes))
     m = rng.standard_normal((8192, 8192), dtype=np.float32)
     r = rng.standard_normal(8192, dtype=np.float32)
     t = rng.standard_normal((8192, 8192), dtype=np.float32)
