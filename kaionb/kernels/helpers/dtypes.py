@@ -163,38 +163,24 @@ def converter(src: np.dtype, dst: np.dtype):
 
 # -- elements packed in 16-byte words4 (vector loads and stores of any dtype) ----------------
 
-@intrinsic
-def _f64_from_bits(typingctx, bits):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.DoubleType())
+def _bitcast(from_type, to_type, ir_type):
+    """An intrinsic reinterpreting a ``from_type`` value's bits as ``to_type`` (an LLVM
+    bitcast: same width)."""
+    @intrinsic
+    def bitcast(typingctx, value):
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir_type)
 
-    return types.float64(types.uint64), codegen
+        return to_type(from_type), codegen
 
-
-@intrinsic
-def _f64_to_bits(typingctx, value):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-
-    return types.uint64(types.float64), codegen
+    return bitcast
 
 
-@intrinsic
-def f32_from_bits(typingctx, bits):
-    """The float32 whose bit pattern is the uint32 ``bits`` (an LLVM bitcast)."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return types.float32(types.uint32), codegen
-
-
-@intrinsic
-def f32_to_bits(typingctx, value):
-    """The uint32 bit pattern of the float32 ``value`` (an LLVM bitcast)."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.uint32(types.float32), codegen
+# The float32 whose bit pattern is a uint32, and back; the same for float64 and uint64.
+f32_from_bits = _bitcast(types.uint32, types.float32, ir.FloatType())
+f32_to_bits = _bitcast(types.float32, types.uint32, ir.IntType(32))
+_f64_from_bits = _bitcast(types.uint64, types.float64, ir.DoubleType())
+_f64_to_bits = _bitcast(types.float64, types.uint64, ir.IntType(64))
 
 
 @functools.cache
