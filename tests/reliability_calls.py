@@ -747,10 +747,10 @@ def _scalar(loop):
 def _elementwise(key):
     """The call that runs the kernel of ``key``: arrays of its operand dtypes (1-D of 263
     elements for the vector layout — a partial last words4 —, 1-D starting one element
-    into an allocation for the flat one, transposed [33, 8] views for the strided one),
-    scalars in its scalar slots."""
+    into an allocation for the flat one, [8, 64] slices of [8, 128] for the rows one,
+    transposed [33, 8] views for the strided one), scalars in its scalar slots."""
     nin = ew.UFUNCS[key.op].nin
-    shape = {"vector": (263,), "flat": (264,), "strided": (8, 33)}[key.layout]
+    shape = {"vector": (263,), "flat": (264,), "rows": (8, 128), "strided": (8, 33)}[key.layout]
 
     def make(rng):
         operands = []
@@ -759,6 +759,8 @@ def _elementwise(key):
                 x = _dev(rng, shape, src)
                 if key.layout == "flat":
                     x = x[1:]  # off 16-byte alignment: not the vector layout
+                elif key.layout == "rows":
+                    x = x[:, :64]  # rows 128 elements apart: two axes that do not merge
                 elif key.layout == "strided":
                     x = x.T
                 operands.append(x)

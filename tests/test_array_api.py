@@ -173,6 +173,26 @@ def test_vector_and_flat_layouts(dt, n, rng, kernels_run):
 
 
 @gpu
+@pytest.mark.parametrize("dt", [F32, F16, BF16, F64, np.int8, np.bool_],
+                         ids=lambda d: np.dtype(d).name)
+def test_rows_layout(dt, rng, kernels_run):
+    # Two axes that do not merge, every row whole 16-byte words from an aligned start:
+    # a broadcast row, a slice of wider rows, rows walked backwards, in place.
+    name = "logical_xor" if np.dtype(dt) == np.bool_ else "subtract"
+    a, row = _inputs(dt, (37, 160), rng), _inputs(dt, (128,), rng)
+    da, drow = kaionb.asarray(a), kaionb.asarray(row)
+    _close(getattr(kaionb, name)(da[:, :128], drow), _numpy(name, a[:, :128], row), "row")
+    _close(getattr(kaionb, name)(drow, da[::-1, 32:]), _numpy(name, row, a[::-1, 32:]),
+           "rows backwards")
+    out = da[:, 16:144]
+    assert getattr(kaionb, name)(out, drow, out=out) is out
+    _close(da, np.concatenate([a[:, :16], _numpy(name, a[:, 16:144], row), a[:, 144:]], 1),
+           "in place, the rest untouched")
+    layouts = [k.rsplit("_", 2)[1] for k in kernels_run if k.startswith("_elementwise_")]
+    assert layouts == ["rows"] * 3
+
+
+@gpu
 @pytest.mark.parametrize("dt", [F32, F16, BF16, F64, np.int32, np.int8, np.uint8],
                          ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name", ARITH)

@@ -232,6 +232,9 @@ PLANNED = [
      ["_elementwise_add_float32_float32_s_as_float32_float32_x_to_float32_flat_kernel"]),
     (lambda: copy_convert(fake((4, 8), np.float16), fake((4, 8))),
      ["_elementwise_copy_float16_s_s_as_float32_x_x_to_float32_flat_kernel"]),
+    # Two axes that do not merge, rows whole words4 apart: the rows kernel (a row broadcast).
+    (lambda: elementwise_fwd("add", fake((4, 8)), fake((8,)), out=fake((4, 8))),
+     ["_elementwise_add_float32_float32_s_as_float32_float32_x_to_float32_rows_kernel"]),
 ]
 
 
@@ -261,7 +264,7 @@ def test_op_kernels_follow_the_naming_scheme():
     # The elementwise family: op, operand dtypes ("s" a scalar), loop dtypes, output, layout.
     family = [k.name for k in elementwise._samples()]
     assert [n for n in family if not re.fullmatch(
-        r"_elementwise_[a-z_]+?_((\w+?|s)_){3}as_\w+_to_\w+_(vector|flat|strided)_kernel",
+        r"_elementwise_[a-z_]+?_((\w+?|s)_){3}as_\w+_to_\w+_(vector|flat|rows|strided)_kernel",
         n)] == []
 
 

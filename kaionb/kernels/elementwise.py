@@ -18,6 +18,9 @@ Host side, once per call signature (then :func:`~kaionb.kernels.op.fast_path` re
      operand per step (``ld.global.v4`` / ``st.global.v4``: 8 halves a load where the
      flat kernel moves one), decoded through :func:`.helpers.dtypes.word_codec`; the
      last ``n % (16 // itemsize)`` elements go element by element.
+   - ``rows``: two collapsed axes, every array of one itemsize, contiguous along the
+     rows, rows a multiple of 16 bytes apart (or 0: a broadcast row) and 16-byte aligned:
+     the vector kernel's words4 on a 2-D grid (x along the row, y over rows).
    - ``flat``: every array operand contiguous along one collapsed axis. A grid-stride
      loop in which each thread issues ``UNROLL`` coalesced loads per operand before it
      computes and stores, so a warp keeps several memory requests in flight.
@@ -222,13 +225,14 @@ def _make_flat(fn, loads, enc):
     return _elementwise_flat_kernel
 
 
-def _vector_slot(src: np.dtype | None, loop: np.dtype | None):
-    """``(load, element)`` of one operand slot of the vector kernel: ``load(x, v)`` its
-    words4 v, ``element(words, x, k)`` element k of them in ``loop``'s compute type. A
-    scalar (or unused) slot loads nothing and is its own every element."""
+def _vector_slot(src: np.dtype | None, loop: np.dtype | None, rows: bool):
+    """``(load, element)`` of one operand slot of the vector kernels: ``load(x, r, v)``
+    words4 v of the operand (of its row r in the ``rows`` layout), ``element(words, x,
+    k)`` element k of them in ``loop``'s compute type. A scalar (or unused) slot loads
+    nothing and is its own every element."""
     if src is None:
         @device_function
-        def load_none(x, v):
+        def load_none(x, r, v):
             return (uint32(0), uint32(0), uint32(0), uint32(0))
 
         @device_function
@@ -241,9 +245,14 @@ def _vector_slot(src: np.dtype | None, loop: np.dtype | None):
     conv = converter(src, loop)
 
     # Coherent loads (not .nc): the output may be an input, element for element.
-    @device_function
-    def load(x, v):
-        return ld_global_v4_u32(global_addr(x, int64(v) * per))
+    if rows:
+        @device_function
+        def load(x, r, v):
+            return ld_global_v4_u32(global_addr(x, (int64(r), int64(v) * per)))
+    else:
+        @device_function
+        def load(x, r, v):
+            return ld_global_v4_u32(global_addr(x, int64(v) * per))
 
     @device_function
     def element(words, x, k):
@@ -252,24 +261,43 @@ def _vector_slot(src: np.dtype | None, loop: np.dtype | None):
     return load, element
 
 
-def _make_vector(fn, loads, slots, enc, out_dt):
-    """The vector layout's kernel (module doc); ``slots`` the operands' (load, element).
-    Each step of a thread loads two words4 of every operand (VECTORS), then computes and
-    stores them."""
-    ld0, ld1, ld2 = loads
-    (vl0, el0), (vl1, el1), (vl2, el2) = slots
+def _vector_store(fn, slots, enc, out_dt, rows):
+    """Device function ``(a, b, c, x0, x1, x2, out, r, v)``: the words4 v of the output (of
+    its row r in the ``rows`` layout) computed from the operands' words4 ``a, b, c``."""
+    (_, el0), (_, el1), (_, el2) = slots
     put = word_codec(out_dt)[1]
     PER = VECTOR_BYTES // out_dt.itemsize
-    span = THREADS * VECTORS
 
     @device_function
-    def compute_store(a, b, c, x0, x1, x2, out, v):
+    def compute(a, b, c, x0, x1, x2):
         w = cuda.local.array(4, uint32)
         for i in range(4):
             w[i] = uint32(0)
         for k in range(PER):
             put(w, k, enc(fn(el0(a, x0, k), el1(b, x1, k), el2(c, x2, k))))
-        st_global_v4_u32(global_addr(out, int64(v) * PER), (w[0], w[1], w[2], w[3]))
+        return (w[0], w[1], w[2], w[3])
+
+    if rows:
+        @device_function
+        def compute_store(a, b, c, x0, x1, x2, out, r, v):
+            st_global_v4_u32(global_addr(out, (int64(r), int64(v) * PER)),
+                             compute(a, b, c, x0, x1, x2))
+    else:
+        @device_function
+        def compute_store(a, b, c, x0, x1, x2, out, r, v):
+            st_global_v4_u32(global_addr(out, int64(v) * PER), compute(a, b, c, x0, x1, x2))
+    return compute_store
+
+
+def _make_vector(fn, loads, slots, enc, out_dt):
+    """The vector layout's kernel (module doc); ``slots`` the operands' (load, element).
+    Each step of a thread loads two words4 of every operand (VECTORS), then computes and
+    stores them."""
+    ld0, ld1, ld2 = loads
+    (vl0, _), (vl1, _), (vl2, _) = slots
+    compute_store = _vector_store(fn, slots, enc, out_dt, False)
+    PER = VECTOR_BYTES // out_dt.itemsize
+    span = THREADS * VECTORS
 
     def _elementwise_vector_kernel(x0, x1, x2, out, n):
         nvec = n // PER
@@ -280,16 +308,42 @@ def _make_vector(fn, loads, slots, enc, out_dt):
         step = cuda.gridDim.x * span
         while v < nvec:
             v1 = v + THREADS
-            a0, b0, c0 = vl0(x0, v), vl1(x1, v), vl2(x2, v)
+            a0, b0, c0 = vl0(x0, 0, v), vl1(x1, 0, v), vl2(x2, 0, v)
             a1, b1, c1 = a0, b0, c0
             if v1 < nvec:  # every load issued before any store
-                a1, b1, c1 = vl0(x0, v1), vl1(x1, v1), vl2(x2, v1)
-            compute_store(a0, b0, c0, x0, x1, x2, out, v)
+                a1, b1, c1 = vl0(x0, 0, v1), vl1(x1, 0, v1), vl2(x2, 0, v1)
+            compute_store(a0, b0, c0, x0, x1, x2, out, 0, v)
             if v1 < nvec:
-                compute_store(a1, b1, c1, x0, x1, x2, out, v1)
+                compute_store(a1, b1, c1, x0, x1, x2, out, 0, v1)
             v += step
 
     return _elementwise_vector_kernel
+
+
+def _make_vector_rows(fn, slots, enc, out_dt):
+    """The rows layout's kernel (module doc): a 2-D grid, x over the words4 of a row (two
+    a thread, VECTORS), y over the rows (a grid-stride loop)."""
+    (vl0, _), (vl1, _), (vl2, _) = slots
+    compute_store = _vector_store(fn, slots, enc, out_dt, True)
+    PER = VECTOR_BYTES // out_dt.itemsize
+
+    def _elementwise_rows_kernel(x0, x1, x2, out, rows):
+        nvec = out.shape[1] // PER
+        v = cuda.blockIdx.x * (THREADS * VECTORS) + cuda.threadIdx.x
+        v1 = v + THREADS
+        r = cuda.blockIdx.y
+        while r < rows:
+            if v < nvec:
+                a0, b0, c0 = vl0(x0, r, v), vl1(x1, r, v), vl2(x2, r, v)
+                a1, b1, c1 = a0, b0, c0
+                if v1 < nvec:  # every load issued before any store
+                    a1, b1, c1 = vl0(x0, r, v1), vl1(x1, r, v1), vl2(x2, r, v1)
+                compute_store(a0, b0, c0, x0, x1, x2, out, r, v)
+                if v1 < nvec:
+                    compute_store(a1, b1, c1, x0, x1, x2, out, r, v1)
+            r += cuda.gridDim.y
+
+    return _elementwise_rows_kernel
 
 
 def _make_strided(fn, loads, enc):
@@ -323,7 +377,7 @@ class KernelKey(NamedTuple):
     operands: tuple
     loops: tuple  # per slot, the dtype its value is computed as (None: unused slot)
     out: np.dtype
-    layout: str  # "vector", "flat" or "strided"
+    layout: str  # "vector", "flat", "rows" or "strided"
 
 
 _KERNELS: dict = {}
@@ -343,7 +397,8 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
     loads = tuple(make_load(src, loop) if loop is not None else
                   (_unused_flat if flat else _unused_strided)
                   for src, loop in zip(key.operands, key.loops))
-    dims = "[::1]" if flat else "[:, :, :, :]"
+    dims = {"vector": "[::1]", "flat": "[::1]", "rows": "[:, :]"}.get(key.layout,
+                                                                     "[:, :, :, :]")
     args = []
     for src, loop in zip(key.operands, key.loops):
         if src is not None:
@@ -351,15 +406,19 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
         else:
             args.append("int32" if loop is None else scalar_type_name(loop))
     args.append(storage(key.out) + dims)
-    args += ["int64"] if flat else ["int64", "int64", "int64"]
+    args += ["int64"] if key.layout != "strided" else ["int64", "int64", "int64"]
     tag = "_".join("s" if s is None else s.name for s in key.operands)
     loops = "_".join("x" if lp is None else lp.name for lp in key.loops)
     name = f"_elementwise_{key.op}_{tag}_as_{loops}_to_{key.out.name}_{key.layout}_kernel"
-    if key.layout == "vector":
-        slots = tuple(_vector_slot(src, loop) for src, loop in zip(key.operands, key.loops))
-        pyfunc = _make_vector(fn, loads, slots, encode(key.out), key.out)
+    enc = encode(key.out)
+    if key.layout in ("vector", "rows"):
+        rows = key.layout == "rows"
+        slots = tuple(_vector_slot(src, loop, rows)
+                      for src, loop in zip(key.operands, key.loops))
+        pyfunc = (_make_vector_rows(fn, slots, enc, key.out) if rows else
+                  _make_vector(fn, loads, slots, enc, key.out))
     else:
-        pyfunc = (_make_flat if flat else _make_strided)(fn, loads, encode(key.out))
+        pyfunc = (_make_flat if flat else _make_strided)(fn, loads, enc)
     kdef = KernelDef(pyfunc, [f"void({', '.join(args)})"],
                      name=name, registered=False,
                      local_memory=_TRIG_LOCAL_MEMORY if key.op in ("sin", "cos") else None)
@@ -566,6 +625,11 @@ def _elementwise_launch(name, operands, loops, out):
         _launch(name, args, loops, out._view((n,), (out.itemsize,)),
                 "vector" if vector else "flat")
         return
+    if len(shape) == 2 and _rows_layout(shape, [out] + arrays, [out_strides] + strides):
+        row_views = iter(a._view(tuple(shape), tuple(st)) for a, st in zip(arrays, strides))
+        args = [next(row_views) if isinstance(v, DeviceArray) else v for v in views]
+        _launch(name, args, loops, out._view(tuple(shape), tuple(out_strides)), "rows")
+        return
     lead = len(shape) - MAX_DIMS
     for index in np.ndindex(*shape[:lead]) if lead > 0 else [()]:
         sub_shape = shape[lead:] if lead > 0 else shape
@@ -580,6 +644,16 @@ def _elementwise_launch(name, operands, loops, out):
         strided = iter(view4(a, st) for a, st in zip(arrays, strides))
         args = [next(strided) if isinstance(v, DeviceArray) else v for v in views]
         _launch(name, args, loops, view4(out, out_strides), "strided")
+
+
+def _rows_layout(shape, arrays, strides) -> bool:
+    """Whether a collapsed 2-D walk can take the rows layout: every array of one itemsize,
+    contiguous along the row, rows whole words4 apart (0 for a broadcast row) from a
+    16-byte aligned start, and the row whole words4 long."""
+    itemsize = arrays[0].itemsize
+    return shape[1] % (VECTOR_BYTES // itemsize) == 0 and all(
+        a.itemsize == itemsize and st[1] == itemsize and st[0] % VECTOR_BYTES == 0
+        and a.ptr % VECTOR_BYTES == 0 for a, st in zip(arrays, strides))
 
 
 def _launch(name, args, loops, out, layout):
@@ -600,6 +674,13 @@ def _launch(name, args, loops, out, layout):
         n = out.size
         grid = (_grid_stride_blocks(n, UNROLL),)
         Plan.of(kdef, grid, (THREADS,)).launch(*values, out, n)
+        return
+    if layout == "rows":
+        rows, inner = out.shape
+        gx = math.ceil(inner // (VECTOR_BYTES // out.itemsize) / (THREADS * VECTORS))
+        waves = multiprocessor_count() * BLOCKS_PER_SM * 4  # as the strided grid below
+        gy = max(1, min(rows, MAX_GRID_Y, waves // gx))
+        Plan.of(kdef, (gx, gy), (THREADS,)).launch(*values, out, rows)
         return
     d0, d1, d2, inner = out.shape
     rows = d0 * d1 * d2
@@ -631,9 +712,9 @@ def _samples():
     ints = [np.dtype(t) for t in (np.int64, np.uint64, np.int32, np.uint32, np.int16,
                                   np.uint16, np.int8, np.uint8)]
     for dt in [np.dtype(np.float64), f32, f16, bfloat16, BOOL] + ints:
-        for layout in ("vector", "flat", "strided"):
+        for layout in ("vector", "flat", "rows", "strided"):
             keys.append(KernelKey("add", (dt, dt, None), (dt, dt, None), dt, layout))
-            if layout != "vector" or dt.itemsize == f32.itemsize:
+            if layout not in ("vector", "rows") or dt.itemsize == f32.itemsize:
                 keys.append(KernelKey("copy", (dt, None, None), (f32, None, None), f32,
                                       layout))
     for dt in [f32, f16, np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int64)]:
