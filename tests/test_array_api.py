@@ -188,8 +188,14 @@ def test_rows_layout(dt, rng, kernels_run):
     assert getattr(kaionb, name)(out, drow, out=out) is out
     _close(da, np.concatenate([a[:, :16], _numpy(name, a[:, 16:144], row), a[:, 144:]], 1),
            "in place, the rest untouched")
+    # Row 0 broadcast into the array it is read from: NumPy copies it first, so must we.
+    before = da.get()[:1, :128]
+    got = getattr(kaionb, name)(da[:1, :128], drow, out=da[:, :128])
+    _close(got, np.broadcast_to(_numpy(name, before, row), (37, 128)),
+           "a broadcast row the call overwrites")
     layouts = [k.rsplit("_", 2)[1] for k in kernels_run if k.startswith("_elementwise_")]
-    assert layouts == ["rows"] * 3
+    assert layouts[:3] == ["rows"] * 3
+    assert len(layouts) == 5 and layouts[4] == "rows"  # row 0 copied (layouts[3]) first
 
 
 @gpu

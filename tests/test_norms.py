@@ -120,6 +120,11 @@ def test_add_rms_norm_overlapping_outputs_refused():
                      residual_out=fake((1, 8)))
 
 
+class _Launches(list):
+    """The launches fixture's list, with the cluster dimensions of each launch beside it
+    (``clusters``)."""
+
+
 @pytest.fixture
 def launches(monkeypatch):
     """Launches recorded instead of run; the fast path's replays of these calls (which
@@ -127,11 +132,13 @@ def launches(monkeypatch):
     from kaionb._device import STATE
     from kaionb.kernels import launch
 
-    calls = []
+    calls = _Launches()
+    calls.clusters = []
 
     def compiled(kdef, signature):
         def launch_it(grid, block, args, shared_mem=0, cluster=None):
             calls.append((kdef.name, grid, block, shared_mem, args))
+            calls.clusters.append(cluster)
         return launch_it
 
     monkeypatch.setattr(launch.KernelDef, "__getitem__", compiled)
@@ -163,6 +170,7 @@ def test_add_rms_norm_plan(launches, monkeypatch, dtype, n, threads, cache, clus
     assert (name, grid, block, shared) == (
         f"_add_rms_norm_fwd_kernel_{variant}{np.dtype(dtype).name}", (6 * cluster,),
         (threads,), max(cache, 0) * 16)
+    assert launches.clusters == [(cluster, 1, 1) if cluster > 1 else None]
     assert [a.ptr for a in args[:5]] == [x.ptr, r.ptr, w.ptr, s.ptr, o.ptr]
     assert args[5:] == (n, 1e-6, cache)
     # In place (vLLM): residual_out is residual, out is x.
@@ -243,8 +251,15 @@ def test_add_rms_norm_over_a_cluster(kernels_run, dtype, size):
     r = random_array((3, n), dtype, rng=rng, scale=3.0)
     w = random_array((n,), dtype, rng=rng, scale=0.5, offset=1.0)
     check_add(x, r, w)
+    # In place, as vLLM calls it (out is x, residual_out is residual): s is stored after
+    # the cluster barrier, once every CTA has read its run of x and residual.
+    dx, dr, dw = kaionb.asarray(x), kaionb.asarray(r), kaionb.asarray(w)
+    add_rms_norm(dx, dr, dw, out=dx, residual_out=dr)
+    s = _sum_rounded(x, r)
+    assert np.array_equal(dr.get().view(np.uint8), s.view(np.uint8))
+    assert_close(dx, rms_norm_ref(s, w, 1e-6), dtype=dtype, what="normed in place")
     assert [k for k in kernels_run if "norm" in k] == [
-        f"_add_rms_norm_fwd_kernel_c{size}_{np.dtype(dtype).name}"]
+        f"_add_rms_norm_fwd_kernel_c{size}_{np.dtype(dtype).name}"] * 2
 
 
 @gpu

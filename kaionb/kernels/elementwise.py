@@ -19,8 +19,9 @@ Host side, once per call signature (then :func:`~kaionb.kernels.op.fast_path` re
      flat kernel moves one), decoded through :func:`.helpers.dtypes.word_codec`; the
      last ``n % (16 // itemsize)`` elements go element by element.
    - ``rows``: two collapsed axes, every array of one itemsize, contiguous along the
-     rows, rows a multiple of 16 bytes apart (or 0: a broadcast row) and 16-byte aligned:
-     the vector kernel's words4 on a 2-D grid (x along the row, y over rows).
+     rows, rows whole words4 long, a multiple of 16 bytes apart (or 0: a broadcast row)
+     and 16-byte aligned: the vector kernel's words4 on a 2-D grid (x along the row, y
+     over rows).
    - ``flat``: every array operand contiguous along one collapsed axis. A grid-stride
      loop in which each thread issues ``UNROLL`` coalesced loads per operand before it
      computes and stores, so a warp keeps several memory requests in flight.
@@ -394,9 +395,11 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
     make_load = _flat_loader if flat else _strided_loader
     result_loop = key.loops[1] if key.op == "where" else key.loops[0]
     fn = _compute_fn(key.op, result_loop)
-    loads = tuple(make_load(src, loop) if loop is not None else
-                  (_unused_flat if flat else _unused_strided)
-                  for src, loop in zip(key.operands, key.loops))
+    loads = ()
+    if key.layout != "rows":  # element loaders (the rows kernel's rows are whole words4)
+        loads = tuple(make_load(src, loop) if loop is not None else
+                      (_unused_flat if flat else _unused_strided)
+                      for src, loop in zip(key.operands, key.loops))
     dims = {"vector": "[::1]", "flat": "[::1]", "rows": "[:, :]"}.get(key.layout,
                                                                      "[:, :, :, :]")
     args = []
@@ -519,13 +522,15 @@ def _collapse(shape, *stride_sets):
 
 def _needs_copy(x: DeviceArray, out: DeviceArray) -> bool:
     """Whether reading ``x`` while writing ``out`` could read an element already written:
-    shared memory that is not the very same element walk."""
+    shared memory that is not the very same element walk (the same start, strides,
+    dtype and shape: ``add(a[:1], b, out=a)`` broadcasts a row the call overwrites)."""
     if not x.size or not out.size:
         return False
     (lo, hi), (olo, ohi) = _span(x), _span(out)
     if hi <= olo or ohi <= lo:
         return False
-    return not (x.ptr == out.ptr and x.strides == out.strides and x.dtype == out.dtype)
+    return not (x.ptr == out.ptr and x.strides == out.strides and x.dtype == out.dtype
+                and x.shape == out.shape)
 
 
 # -- host side: the op -----------------------------------------------------------------------
@@ -697,8 +702,9 @@ def _launch(name, args, loops, out, layout):
 
 @kernel_family
 def _samples():
-    """Every op once (float32, flat and vector), every dtype through add and copy (every
-    layout), every scalar slot kind, and the mixed-dtype conversions."""
+    """Every op once (float32, flat and vector), every dtype through add in every layout
+    and through copy to float32 (in vector and rows for the 4-byte dtypes only: one
+    itemsize), every scalar slot kind, and the mixed-dtype conversions."""
     f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
     keys = []
     for name, spec in UFUNCS.items():

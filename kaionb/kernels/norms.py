@@ -154,7 +154,8 @@ def _make_norm_kernel(op, codec, name, cluster=1):
     registers (REG_VECS words4 per thread): one pass over HBM — in one CTA, or (``cluster``
     > 1, sm_90, the register path only) in the ``cluster`` CTAs of a thread-block cluster,
     each holding a run of the row and the row sums reduced across the cluster through
-    distributed shared memory (``row_reducers``). Otherwise the streaming
+    distributed shared memory (``row_reducers``; LayerNorm's shifted Σd, Σd² in one
+    ``cluster_sums``). Otherwise the streaming
     path: pass 1 takes the statistics and parks the first ``cache_vecs`` words4 in shared
     memory, pass 2 normalizes from there or re-reads (an L2 hit when the row is recent).
     ``op`` "add_rms_norm": the row is s = x + residual, rounded, written to ``s_out`` as it

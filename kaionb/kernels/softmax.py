@@ -150,8 +150,8 @@ def _merge_max_sum(acc, other):
 def _make_softmax_kernel(codec, name, grad_codec=None, cluster=1):
     """One block per row; ``cache_vecs < 0`` selects the register path (see norms).
     ``cluster`` > 1 (sm_90, the forward's register path only): one thread-block cluster
-    per row, each CTA holding a run of it, the maximum and the sum reduced across the
-    cluster (``row_reducers``).
+    per row, each CTA holding a run of it, each CTA's (maximum, sum) pair merged across
+    the cluster (``cluster_fold``).
 
     ``grad_codec`` None: the forward, ``out = softmax(x)``. Otherwise the backward: ``x``
     is y (the forward's output), ``g`` and ``out`` (dy, dx) are arrays of grad_codec's
