@@ -290,13 +290,31 @@ def _vector_store(fn, slots, enc, out_dt, rows):
     return compute_store
 
 
-def _make_vector(fn, loads, slots, enc, out_dt):
-    """The vector layout's kernel (module doc); ``slots`` the operands' (load, element).
-    Each step of a thread loads two words4 of every operand (VECTORS), then computes and
-    stores them."""
-    ld0, ld1, ld2 = loads
+def _vector_step(fn, slots, enc, out_dt, rows):
+    """Device function ``(x0, x1, x2, out, r, v, nvec)``: one step of a vector kernel's
+    thread — words4 v and v + THREADS of every operand (VECTORS: two; those below
+    ``nvec``) loaded before either is computed and stored."""
     (vl0, _), (vl1, _), (vl2, _) = slots
-    compute_store = _vector_store(fn, slots, enc, out_dt, False)
+    compute_store = _vector_store(fn, slots, enc, out_dt, rows)
+
+    @device_function
+    def step(x0, x1, x2, out, r, v, nvec):
+        v1 = v + THREADS
+        a0, b0, c0 = vl0(x0, r, v), vl1(x1, r, v), vl2(x2, r, v)
+        a1, b1, c1 = a0, b0, c0
+        if v1 < nvec:  # every load issued before any store
+            a1, b1, c1 = vl0(x0, r, v1), vl1(x1, r, v1), vl2(x2, r, v1)
+        compute_store(a0, b0, c0, x0, x1, x2, out, r, v)
+        if v1 < nvec:
+            compute_store(a1, b1, c1, x0, x1, x2, out, r, v1)
+
+    return step
+
+
+def _make_vector(fn, loads, slots, enc, out_dt):
+    """The vector layout's kernel (module doc); ``slots`` the operands' (load, element)."""
+    ld0, ld1, ld2 = loads
+    step = _vector_step(fn, slots, enc, out_dt, False)
     PER = VECTOR_BYTES // out_dt.itemsize
     span = THREADS * VECTORS
 
@@ -306,17 +324,9 @@ def _make_vector(fn, loads, slots, enc, out_dt):
         if tail < n:  # the elements past the last whole words4: one a thread
             out[tail] = enc(fn(ld0(x0, tail), ld1(x1, tail), ld2(x2, tail)))
         v = cuda.blockIdx.x * span + cuda.threadIdx.x
-        step = cuda.gridDim.x * span
         while v < nvec:
-            v1 = v + THREADS
-            a0, b0, c0 = vl0(x0, 0, v), vl1(x1, 0, v), vl2(x2, 0, v)
-            a1, b1, c1 = a0, b0, c0
-            if v1 < nvec:  # every load issued before any store
-                a1, b1, c1 = vl0(x0, 0, v1), vl1(x1, 0, v1), vl2(x2, 0, v1)
-            compute_store(a0, b0, c0, x0, x1, x2, out, 0, v)
-            if v1 < nvec:
-                compute_store(a1, b1, c1, x0, x1, x2, out, 0, v1)
-            v += step
+            step(x0, x1, x2, out, 0, v, nvec)
+            v += cuda.gridDim.x * span
 
     return _elementwise_vector_kernel
 
@@ -324,24 +334,16 @@ def _make_vector(fn, loads, slots, enc, out_dt):
 def _make_vector_rows(fn, slots, enc, out_dt):
     """The rows layout's kernel (module doc): a 2-D grid, x over the words4 of a row (two
     a thread, VECTORS), y over the rows (a grid-stride loop)."""
-    (vl0, _), (vl1, _), (vl2, _) = slots
-    compute_store = _vector_store(fn, slots, enc, out_dt, True)
+    step = _vector_step(fn, slots, enc, out_dt, True)
     PER = VECTOR_BYTES // out_dt.itemsize
 
     def _elementwise_rows_kernel(x0, x1, x2, out, rows):
         nvec = out.shape[1] // PER
         v = cuda.blockIdx.x * (THREADS * VECTORS) + cuda.threadIdx.x
-        v1 = v + THREADS
         r = cuda.blockIdx.y
         while r < rows:
             if v < nvec:
-                a0, b0, c0 = vl0(x0, r, v), vl1(x1, r, v), vl2(x2, r, v)
-                a1, b1, c1 = a0, b0, c0
-                if v1 < nvec:  # every load issued before any store
-                    a1, b1, c1 = vl0(x0, r, v1), vl1(x1, r, v1), vl2(x2, r, v1)
-                compute_store(a0, b0, c0, x0, x1, x2, out, r, v)
-                if v1 < nvec:
-                    compute_store(a1, b1, c1, x0, x1, x2, out, r, v1)
+                step(x0, x1, x2, out, r, v, nvec)
             r += cuda.gridDim.y
 
     return _elementwise_rows_kernel
@@ -625,10 +627,8 @@ def _elementwise_launch(name, operands, loops, out):
         n = shape[0] if shape else 1
         flat_views = iter(a._view((n,), (a.itemsize,)) for a in arrays)
         args = [next(flat_views) if isinstance(v, DeviceArray) else v for v in views]
-        vector = all(a.itemsize == out.itemsize and a.ptr % VECTOR_BYTES == 0
-                     for a in [out] + arrays)
         _launch(name, args, loops, out._view((n,), (out.itemsize,)),
-                "vector" if vector else "flat")
+                "vector" if _words_aligned([out] + arrays) else "flat")
         return
     if len(shape) == 2 and _rows_layout(shape, [out] + arrays, [out_strides] + strides):
         row_views = iter(a._view(tuple(shape), tuple(st)) for a, st in zip(arrays, strides))
@@ -651,14 +651,20 @@ def _elementwise_launch(name, operands, loops, out):
         _launch(name, args, loops, view4(out, out_strides), "strided")
 
 
-def _rows_layout(shape, arrays, strides) -> bool:
-    """Whether a collapsed 2-D walk can take the rows layout: every array of one itemsize,
-    contiguous along the row, rows whole words4 apart (0 for a broadcast row) from a
-    16-byte aligned start, and the row whole words4 long."""
+def _words_aligned(arrays) -> bool:
+    """Whether the arrays (the output first) share one itemsize and start 16-byte aligned:
+    the vector kernels' words4 hold the same elements of each."""
     itemsize = arrays[0].itemsize
-    return shape[1] % (VECTOR_BYTES // itemsize) == 0 and all(
-        a.itemsize == itemsize and st[1] == itemsize and st[0] % VECTOR_BYTES == 0
-        and a.ptr % VECTOR_BYTES == 0 for a, st in zip(arrays, strides))
+    return all(a.itemsize == itemsize and a.ptr % VECTOR_BYTES == 0 for a in arrays)
+
+
+def _rows_layout(shape, arrays, strides) -> bool:
+    """Whether a collapsed 2-D walk can take the rows layout: the arrays words4 aligned,
+    contiguous along the row, rows whole words4 apart (0 for a broadcast row), and the
+    row whole words4 long."""
+    itemsize = arrays[0].itemsize
+    return shape[1] % (VECTOR_BYTES // itemsize) == 0 and _words_aligned(arrays) and all(
+        st[1] == itemsize and st[0] % VECTOR_BYTES == 0 for st in strides)
 
 
 def _launch(name, args, loops, out, layout):

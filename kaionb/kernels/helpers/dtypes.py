@@ -192,9 +192,7 @@ def word_codec(dt: np.dtype):
     after unrolling, so everything stays in registers."""
     dt = np.dtype(dt)
     size = dt.itemsize
-    store_type = {"float64": float64, "float32": float32, "int64": int64, "int32": int32,
-                  "int16": int16, "int8": int8, "uint64": uint64, "uint32": uint32,
-                  "uint16": uint16, "uint8": uint8}[storage(dt)]
+    store_type = getattr(types, storage(dt))
     if size == 8:
         is_float = dt.kind == "f"
 
