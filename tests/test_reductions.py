@@ -269,6 +269,7 @@ def test_plan_layout_empty_reduction():
     ("row", (1, 1 << 28, 1), 4), ("row", (1, 1 << 20, 1), 1), ("row", (8192, 8192, 1), 4),
     ("row", (3, 100_003, 1), 2), ("col", (1, 8192, 8192), 4), ("col", (5, 100_000, 3), 8),
     ("col", (1, 37, 1_000_000), 4), ("row", (1, 100, 1), 4), ("col", (1, 0, 7), 4),
+    ("colv", (1, 8192, 8192), 4), ("colv", (4, 301, 320), 2), ("colv", (1, 20011, 48), 1),
 ])
 def test_plan_grid(kind, shape, itemsize):
     sms = 132
@@ -279,6 +280,8 @@ def test_plan_grid(kind, shape, itemsize):
     o_size, r_size, i_size = shape
     if kind == "row":
         assert blocks == -(-(o_size * i_size) // by)
+    elif kind == "colv":  # a thread per 16-byte word of columns
+        assert blocks == o_size * -(-(i_size * itemsize // 16) // bx)
     else:
         assert blocks == o_size * -(-i_size // bx)
     assert chunks >= 1 and chunks <= 65535
@@ -292,10 +295,24 @@ def test_plan_grid(kind, shape, itemsize):
     assert unsplit.grid == (blocks, 1) and unsplit.chunk == r_size
 
 
+def test_column_words_need_whole_aligned_words():
+    x = fake((4, 64, 300), np.float32)
+    assert x.ptr % 16 == 0
+    assert red._column_words(x)                                   # 75 words per run of I
+    assert red._column_words(x[:, :, 4:])                          # 16 bytes in
+    assert not red._column_words(x[:, :, 1:297])                   # 4 bytes in
+    assert not red._column_words(x[:, :, :298])                    # half a word at the end
+    assert not red._column_words(x[:, ::2, ::2])                   # I not contiguous
+    assert not red._column_words(fake((1, 64, 6), np.float32)[:, :, :4])  # rows 24 B apart
+    assert red._column_words(fake((1, 1, 16), np.int8))            # one word, one row
+    assert not red._column_words(fake((1, 7, 15), np.int8))
+
+
 def test_plan_grid_splits_few_long_reductions_only():
     assert red.plan_grid("row", (1, 1 << 28, 1), 4, 132).grid == (1, 132 * red.BLOCKS_PER_SM)
     assert red.plan_grid("row", (1, 1 << 28, 1), 4, 132, 5).grid == (1, 132 * 5)
     assert red.plan_grid("col", (1, 8192, 8192), 4, 132).grid == (256, 4)
+    assert red.plan_grid("colv", (1, 8192, 8192), 4, 132).grid == (64, 16)
     assert red.plan_grid("row", (8192, 8192, 1), 4, 132).grid == (8192, 1)
     assert red.plan_grid("row", (1, 1000, 1), 4, 132).grid == (1, 1)  # too short to split
 
@@ -513,6 +530,39 @@ def test_two_stage_columns_and_rows(dtype):
         check(op, tall, 0)
         check(op, wide, 1)
         check(op, wide, 1, view=lambda a: a[:, 1:])
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, bfloat16, np.float64, np.int8,
+                                   np.uint16, np.int64, np.bool_], ids=_name)
+def test_columns_read_in_words(dtype, kernels_run):
+    """The colv kernel (16-byte words of columns): one stage, split into partials (merged
+    by colv_merge, or by col_merge for argmax/argmin), several O slices, a number of words
+    per block that is no power of two, R not a multiple of the rows in flight, and a
+    start 16 bytes in; a start one element in takes the scalar column kernel."""
+    rng = np.random.default_rng(18)
+    vec = 16 // np.dtype(dtype).itemsize
+    short = random_array((37, 3 * vec), dtype, rng=rng)        # 3 words: TX = 4, one stage
+    tall = random_array((20011, 2 * vec), dtype, rng=rng)      # few outputs: split in chunks
+    wide = random_array((4, 301, 40 * vec), dtype, rng=rng)    # O = 4 slices, 40 words
+    cases = [(short, 0, None, False), (tall, 0, None, True), (wide, 1, None, True),
+             (wide, 0, None, False), (tall, 0, lambda a: a[:, vec:], True)]
+    for op in ["sum", "max", "min", "argmax", "argmin", "mean", "var", "any", "all"]:
+        if dtype == np.bool_ and op in ("var", "mean", "sum"):
+            continue
+        for host, axis, view, split in cases:
+            if op in ARG_OPS:  # small integers: ties, where the first index must win
+                host = _sample(op, dtype, host.shape, rng)
+            kernels_run.clear()
+            check(op, host, axis, view=view)
+            assert any("_colv_" in k for k in kernels_run), (op, host.shape, kernels_run)
+            merged = [k for k in kernels_run if "_merge_" in k]
+            assert bool(merged) == split, (op, host.shape, kernels_run)
+            want = "_col_merge_" if op in ARG_OPS else "_colv_merge_"
+            assert all(want in k for k in merged), (op, kernels_run)
+    kernels_run.clear()
+    check("sum" if dtype != np.bool_ else "any", tall, 0, view=lambda a: a[:, 1:])
+    assert not any("_colv" in k for k in kernels_run), kernels_run
 
 
 @gpu
