@@ -49,6 +49,7 @@ from numba import cuda, int64, uint32
 
 from .._device import multiprocessor_count
 from ..array import DeviceArray, bfloat16, empty, register_kernel
+from ..grad.record import active_tape
 from ..ptx_patches import device_function, global_addr, ld_global_v4_u32, st_global_v4_u32
 from ..validation import as_array, fail
 from .helpers.dtypes import (BOOL, HALF_DTYPES, compute_type, converter, encode, host_scalar,
@@ -791,7 +792,7 @@ def apply(name, *operands, out=None):
     """Op ``name`` (a key of UFUNCS) on arrays or scalars, NumPy-style; records a backward
     rule on the active tape for the differentiable ones."""
     y = elementwise_fwd(name, *operands, out=out)
-    if name in _DIFFERENTIABLE:
+    if name in _DIFFERENTIABLE and active_tape() is not None:  # no rule built per call
         record(_grads(name, operands, y), operands, (y,))
     return y
 

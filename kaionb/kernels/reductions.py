@@ -31,7 +31,7 @@ layouts:
 - ``colv`` (the ``col`` case when every run of I is whole 16-byte words from a 16-byte
   boundary, e.g. a C-contiguous axis 0): thread x owns the 16 / itemsize columns of one
   word, TX = the words of I rounded up to a power of two, at most 32; the y threads
-  split R and keep 4 rows' words in flight, each column with its own accumulator; the
+  split R and keep 8 rows' words in flight, each column with its own accumulator; the
   block merges one column at a time. A warp reads 512 contiguous bytes of a row per load
   where ``col`` reads 128 (sum over axis 0 of [8192, 8192] float32: 70% → see
   docs/performance.md).
@@ -101,9 +101,11 @@ WARPS = THREADS // 32
 # loads: 64 bytes per thread in flight), columns one element (8 loads: 32 bytes for
 # float32, at 4 resident blocks of 256 threads ~4 MB over 132 SMs, above what HBM3 needs).
 ROW_LOADS = 4
-# The colv kernel: 16-byte words of columns per thread, rows of them in flight.
-COLV_WORDS = 1
-COLV_LOADS = 4
+# Rows of 16-byte words in flight per thread of the colv kernel (sum over axis 0, H100,
+# in one run: 8 → 110.7–114.2 µs, 4 → 114.5–122.1, 2 → 113.4–125.6 on [8192, 8192] f32,
+# [16384, 8192] f16, [65536, 1024] f32; two or four words of columns per thread instead
+# of one gained nothing).
+COLV_LOADS = 8
 COL_LOADS = 8
 # Rows up to this many bytes get one warp each (8 rows per block), longer rows a block.
 WARP_ROW_BYTES = 8192
@@ -492,69 +494,55 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
 
     if layout == "colv":
         get = word_codec(in_dt)[0]
-        WORDS, LOADS = COLV_WORDS, COLV_LOADS
-        COLS = WORDS * VEC  # columns per thread: word k of thread x is word k·TX + x of the tile
 
         @kernel([signature], name=name, registered=False, launch_bounds=THREADS)
         def _reduce_col_words_fwd_kernel(x, xi, mean, out, out_i, chunk, divisor):
             sv = cuda.shared.array(THREADS, acc_type)
             si = cuda.shared.array(THREADS, int64)
-            av = cuda.local.array(COLS, acc_type)
-            ai = cuda.local.array(COLS, int64)
-            mv = cuda.local.array(COLS, acc_type)
-            raw = cuda.local.array((LOADS, WORDS, 4), uint32)
+            av = cuda.local.array(VEC, acc_type)
+            ai = cuda.local.array(VEC, int64)
+            mv = cuda.local.array(VEC, acc_type)
+            raw = cuda.local.array((COLV_LOADS, 4), uint32)
             tx = int32(cuda.threadIdx.x)
             ty = int32(cuda.threadIdx.y)
-            TX = int32(cuda.blockDim.x)  # a power of two <= 32
+            TX = int32(cuda.blockDim.x)  # words of columns per block: a power of two <= 32
             TY = int32(cuda.blockDim.y)
-            words = x.shape[2] // VEC
-            tiles = (words + TX * WORDS - 1) // (TX * WORDS)
+            tiles = (x.shape[2] // VEC + TX - 1) // TX
             o = int64(cuda.blockIdx.x) // tiles
-            w0 = (int64(cuda.blockIdx.x) - o * tiles) * (TX * WORDS) + tx
+            i = ((int64(cuda.blockIdx.x) - o * tiles) * TX + tx) * VEC  # first of VEC columns
             s = int64(cuda.blockIdx.y)
             r0 = s * chunk + ty
             r1 = (s + 1) * chunk
             if r1 > x.shape[1]:
                 r1 = x.shape[1]
-            # Words past the last column are never read (their threads still take part in
-            # the merge); the first word of a thread decides for all of its words which the
-            # later ones are past the end too.
-            for k in range(WORDS):
-                inside = w0 + k * TX < words
-                for e in range(VEC):
-                    av[k * VEC + e] = acc_type(IDENTITY)
-                    ai[k * VEC + e] = int64(INDEX_NONE)
-                    mv[k * VEC + e] = (mean[o, (w0 + k * TX) * VEC + e] if CENTERED and inside
-                                       else acc_type(0))
-            if w0 < words and r0 < r1:
-                p = global_addr(x, (o, r0, w0 * VEC))
+            inside = i < x.shape[2]  # threads past the last column still take part in the merge
+            for k in range(VEC):
+                av[k] = acc_type(IDENTITY)
+                ai[k] = int64(INDEX_NONE)
+                mv[k] = mean[o, i + k] if CENTERED and inside else acc_type(0)
+            if inside and r0 < r1:
+                p = global_addr(x, (o, r0, i))
                 row_step = uint64(TY) * uint64(x.strides[1])
-                for r in range(r0, r1, LOADS * TY):
-                    for u in range(LOADS):  # every load of the step before any is used
+                for r in range(r0, r1, COLV_LOADS * TY):
+                    for u in range(COLV_LOADS):  # every load of the step before any is used
                         if r + u * TY < r1:
-                            for k in range(WORDS):
-                                if w0 + k * TX < words:
-                                    wd = ld_global_nc_v4_u32(p + uint64(u) * row_step
-                                                             + uint64(16 * k) * uint64(TX))
-                                    for q in range(4):
-                                        raw[u, k, q] = wd[q]
-                    for u in range(LOADS):
+                            w = ld_global_nc_v4_u32(p + uint64(u) * row_step)
+                            for q in range(4):
+                                raw[u, q] = w[q]
+                    for u in range(COLV_LOADS):
                         ru = r + u * TY
                         if ru < r1:
-                            for k in range(WORDS):
-                                wd = (raw[u, k, 0], raw[u, k, 1], raw[u, k, 2], raw[u, k, 3])
-                                for e in range(VEC):
-                                    c = k * VEC + e
-                                    v, j = merge(av[c], ai[c], element(get(wd, e), mv[c]), ru)
-                                    av[c] = v
-                                    ai[c] = j
-                    p += uint64(LOADS) * row_step
-            for k in range(WORDS):
-                for e in range(VEC):
-                    c = k * VEC + e
-                    v, idx = block_reduce(av[c], ai[c], TX, sv, si)
-                    if ty == 0 and w0 + k * TX < words:
-                        store(out, out_i, o, s, (w0 + k * TX) * VEC + e, v, idx, divisor)
+                            words = (raw[u, 0], raw[u, 1], raw[u, 2], raw[u, 3])
+                            for k in range(VEC):
+                                v, j = merge(av[k], ai[k], element(get(words, k), mv[k]), ru)
+                                av[k] = v
+                                ai[k] = j
+                    p += uint64(COLV_LOADS) * row_step
+            for k in range(VEC):
+                v, idx = block_reduce(av[k], ai[k], TX, sv, si)
+                if ty == 0 and inside:
+                    store(out, out_i, o, s, i + k, v, idx, divisor)
+
         return _reduce_col_words_fwd_kernel
 
     walk_elements = element_walker(COL_LOADS)
@@ -792,7 +780,7 @@ def plan_grid(kind: str, shape: tuple, itemsize: int, sms: int,
         blocks = -(-rows // block[1])
         min_chunk = block[0] * (16 // itemsize) * ROW_LOADS * 2
     elif kind == "colv":
-        words = -(-(i_size * itemsize // 16) // COLV_WORDS)  # per thread's first word
+        words = i_size * itemsize // 16
         tx = 32 if words >= 32 else 1 << (words - 1).bit_length()
         block = (tx, THREADS // tx)
         blocks = o_size * -(-words // tx)
