@@ -22,7 +22,8 @@ groups=(
   "tests/test_attention_bwd.py"
   "tests/test_array_api.py"
   "tests/test_reductions.py::test_every_op_and_dtype"
-  "tests/test_reductions.py --deselect tests/test_reductions.py::test_every_op_and_dtype"
+  "tests/test_reductions.py::test_columns_read_in_words"
+  "tests/test_reductions.py --deselect tests/test_reductions.py::test_every_op_and_dtype --deselect tests/test_reductions.py::test_columns_read_in_words"
   "tests/test_determinism.py tests/test_soak.py"
   "tests/test_fuzz_ops.py tests/test_fuzz_host.py"
 )
