@@ -782,8 +782,11 @@ def _elementwise_calls():
 
 # Shapes per reduction stage: rows reduce the last axis, columns axis 0; two-stage shapes
 # are long enough for the split (R ≥ 2 chunks of the largest minimum chunk).
+# Columns: 7 wide, never whole 16-byte words (the scalar col kernel); colv 32 wide, whole
+# words for every dtype.
 _REDUCE_SHAPES = {("row", False): ((8, 512), -1), ("row", True): ((2, 65536), -1),
-                  ("col", False): ((64, 8), 0), ("col", True): ((4096, 8), 0)}
+                  ("col", False): ((64, 7), 0), ("col", True): ((4096, 7), 0),
+                  ("colv", False): ((64, 32), 0), ("colv", True): ((4096, 32), 0)}
 
 
 def _reduction(op, dtype, stage, two_stage):
