@@ -5,6 +5,7 @@ The public API is NumPy-style; this module only re-exports it.
 
 import numpy as _np
 
+from ._block_cache import empty_cache
 from ._device import (
     Device,
     Stream,

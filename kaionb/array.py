@@ -17,7 +17,7 @@ import numbers
 import ml_dtypes
 import numpy as np
 
-from . import _device
+from . import _block_cache, _device
 from ._device import (
     STATE,
     Stream,
@@ -1163,12 +1163,14 @@ def _empty(shape, dtype, where: str = "empty") -> DeviceArray:
 def _new(shape: tuple, dt: np.dtype, strides: tuple, nbytes: int) -> DeviceArray:
     """A new C-contiguous array of an already checked shape and dtype (``empty``'s
     work, less the checks: the replay of a recorded call allocates with it)."""
-    buf, device_id = _allocate(nbytes)
-    return DeviceArray(shape, dt, strides, int(buf.handle), buf, device_id)
+    owner, device_id = _allocate(nbytes)
+    return DeviceArray(shape, dt, strides, int(owner.handle), owner, device_id)
 
 
 def _allocate(nbytes: int):
-    """(a cuda.core Buffer of ``nbytes`` on the current stream, the device ordinal).
+    """(the owner of ``nbytes`` of new memory on the current stream — a cuda.core Buffer,
+    or for a small allocation on the legacy default stream a reused
+    :class:`~kaionb._block_cache.Block` — the device ordinal).
 
     cuda.core's pool refuses a capturing stream; there the graph memory resource
     allocates instead: the memory belongs to the graph (an allocation node), freed by a
@@ -1176,6 +1178,13 @@ def _allocate(nbytes: int):
     that kaionb.graph() makes also free it before each relaunch)."""
     memory_resource, device_id = current_allocator()
     stream = current_stream()
+    if stream.handle == 0 and nbytes <= _block_cache.SMALL_BYTES:
+        size = _block_cache.size_class(nbytes)
+        block = _block_cache.take(device_id, size)
+        if block is None:
+            buffer = memory_resource.allocate(size, stream=allocation_stream(device_id, stream))
+            block = _block_cache.Block(buffer, int(buffer.handle), device_id, size)
+        return block, device_id
     try:
         return memory_resource.allocate(nbytes, stream=allocation_stream(device_id, stream)), \
             device_id

@@ -18,7 +18,7 @@ groups=(
   "tests/test_matmul_w8a8.py tests/test_qkv_project_int8.py tests/test_matmul_int4.py"
   "tests/test_attention.py tests/test_quantize.py tests/test_rope.py tests/test_adamw.py"
   "tests/test_norms.py tests/test_norms_bwd.py tests/test_activations.py"
-  "tests/test_softmax.py tests/test_array_gpu.py tests/test_array_host.py tests/test_call_path.py tests/test_graphs.py tests/test_grad.py tests/test_kernel_cache.py tests/test_kernel_helpers.py tests/test_op_skeleton.py tests/test_ptx_patches.py tests/test_random.py tests/test_bad_inputs.py"
+  "tests/test_softmax.py tests/test_array_gpu.py tests/test_block_cache.py tests/test_array_host.py tests/test_call_path.py tests/test_graphs.py tests/test_grad.py tests/test_kernel_cache.py tests/test_kernel_helpers.py tests/test_op_skeleton.py tests/test_ptx_patches.py tests/test_random.py tests/test_bad_inputs.py"
   "tests/test_attention_bwd.py"
   "tests/test_array_api.py"
   "tests/test_reductions.py::test_every_op_and_dtype"
