@@ -19,6 +19,8 @@ dying block's buffer is freed. :func:`empty_cache` frees every waiting block.
 
 from __future__ import annotations
 
+from ._device import allocation_stream
+
 SMALL_BYTES = 1 << 20  # the largest allocation cached
 MIN_BYTES = 256        # the smallest size class
 CLASS_BYTES = 4 << 20  # per device and size: the most memory waiting on one free list
@@ -26,12 +28,6 @@ CLASS_BYTES = 4 << 20  # per device and size: the most memory waiting on one fre
 # (device, size) -> [(cuda.core Buffer, its address), ...]. list.append, list.pop and
 # len are atomic under the GIL: threads share the lists without a lock.
 _FREE: dict = {}
-
-
-def size_class(nbytes: int) -> int:
-    """The size a cached allocation of ``nbytes`` really has: a power of two, at least
-    ``MIN_BYTES``."""
-    return max(MIN_BYTES, 1 << (nbytes - 1).bit_length())
 
 
 class Block:
@@ -53,16 +49,20 @@ class Block:
             pass
 
 
-def take(device: int, size: int) -> Block | None:
-    """A waiting block of ``size`` bytes (a size class) on ``device``, or None."""
+def allocate(memory_resource, device: int, stream, nbytes: int) -> Block:
+    """A Block of at least ``nbytes`` (1 … ``SMALL_BYTES``) on ``device``: a waiting one
+    of its size class, else a new buffer of that size from ``memory_resource`` on the
+    legacy default stream ``stream`` (a kaionb Stream)."""
+    size = MIN_BYTES if nbytes <= MIN_BYTES else 1 << (nbytes - 1).bit_length()
     free = _FREE.get((device, size))
-    if not free:
-        return None
-    try:
-        buffer, handle = free.pop()
-    except IndexError:  # another thread took the last one
-        return None
-    return Block(buffer, handle, device, size)
+    if free:
+        try:
+            buffer, handle = free.pop()
+            return Block(buffer, handle, device, size)
+        except IndexError:  # another thread took the last one
+            pass
+    buffer = memory_resource.allocate(size, stream=allocation_stream(device, stream))
+    return Block(buffer, int(buffer.handle), device, size)
 
 
 def give_back(buffer, handle: int, device: int, size: int) -> None:

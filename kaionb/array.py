@@ -1178,13 +1178,8 @@ def _allocate(nbytes: int):
     that kaionb.graph() makes also free it before each relaunch)."""
     memory_resource, device_id = current_allocator()
     stream = current_stream()
-    if stream.handle == 0 and nbytes <= _block_cache.SMALL_BYTES:
-        size = _block_cache.size_class(nbytes)
-        block = _block_cache.take(device_id, size)
-        if block is None:
-            buffer = memory_resource.allocate(size, stream=allocation_stream(device_id, stream))
-            block = _block_cache.Block(buffer, int(buffer.handle), device_id, size)
-        return block, device_id
+    if nbytes <= _block_cache.SMALL_BYTES and stream.handle == 0:
+        return _block_cache.allocate(memory_resource, device_id, stream, nbytes), device_id
     try:
         return memory_resource.allocate(nbytes, stream=allocation_stream(device_id, stream)), \
             device_id

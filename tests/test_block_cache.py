@@ -23,42 +23,64 @@ def lists(monkeypatch):
 class _Buffer:
     """Stands in for a cuda.core Buffer: the cache only holds it."""
 
+    def __init__(self, handle):
+        self.handle = handle
 
-def test_size_classes():
-    assert [bc.size_class(n) for n in (1, 255, 256, 257, 4096, 4097, 1 << 20)] == \
-        [256, 256, 256, 512, 4096, 8192, 1 << 20]
+
+class _Pool:
+    """Stands in for the memory resource: notes the sizes it is asked for."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def allocate(self, size, stream=None):
+        self.sizes.append(size)
+        return _Buffer(0x1000 * len(self.sizes))
+
+
+class _Stream:
+    def as_core(self):
+        return None
+
+
+def test_sizes_round_up_to_a_power_of_two(lists):
+    pool = _Pool()
+    blocks = [bc.allocate(pool, 0, _Stream(), n) for n in (1, 255, 256, 257, 4096, 4097, 1 << 20)]
+    assert pool.sizes == [b.size for b in blocks] == [256, 256, 256, 512, 4096, 8192, 1 << 20]
 
 
 def test_a_dead_block_is_taken_again(lists):
-    buffer = _Buffer()
-    assert bc.take(0, 512) is None
-    bc.give_back(buffer, 0x1000, 0, 512)
+    pool = _Pool()
+    block = bc.allocate(pool, 0, _Stream(), 500)
+    buffer, handle = block.buffer, block.handle
+    assert block.size == 512 and handle == 0x1000 and bc.waiting_bytes(0) == 0
+    del block  # the last owner dies: on the list of its device and size
     assert bc.waiting_bytes(0) == 512 and bc.waiting_bytes(1) == 0
-    block = bc.take(0, 512)
-    assert block.buffer is buffer and block.handle == 0x1000 and block.size == 512
-    assert bc.take(0, 512) is None and bc.take(1, 512) is None and bc.take(0, 1024) is None
-    del block  # the last owner dies: back on the list of its device and size
-    again = bc.take(0, 512)
-    assert again.buffer is buffer and again.device == 0
+    again = bc.allocate(pool, 0, _Stream(), 300)  # same class: no new allocation
+    assert again.buffer is buffer and again.handle == handle and pool.sizes == [512]
+    other = bc.allocate(pool, 1, _Stream(), 300)  # another device: its own lists
+    assert other.buffer is not buffer and pool.sizes == [512, 512]
+    assert bc.allocate(pool, 0, _Stream(), 300).buffer is not buffer  # `again` lives
 
 
 def test_free_lists_are_bounded_per_size(lists):
     size = bc.CLASS_BYTES // 4
-    buffers = [_Buffer() for _ in range(6)]
-    for i, b in enumerate(buffers):
-        bc.give_back(b, 0x1000 * (i + 1), 0, size)
+    for i in range(6):
+        bc.give_back(_Buffer(0x1000 * (i + 1)), 0x1000 * (i + 1), 0, size)
     assert len(lists[0, size]) == 4 and bc.waiting_bytes(0) == bc.CLASS_BYTES
-    bc.give_back(_Buffer(), 0x9000, 0, 256)  # another size has its own bound
+    bc.give_back(_Buffer(0x9000), 0x9000, 0, 256)  # another size has its own bound
     assert bc.waiting_bytes(0) == bc.CLASS_BYTES + 256
 
 
 def test_empty_cache_drops_every_waiting_buffer(lists):
     for device in (0, 1):
         for size in (256, 4096):
-            bc.give_back(_Buffer(), 0x1000, device, size)
+            bc.give_back(_Buffer(0x1000), 0x1000, device, size)
     kaionb.empty_cache()
     assert bc.waiting_bytes(0) == bc.waiting_bytes(1) == 0
-    assert bc.take(0, 256) is None
+    pool = _Pool()
+    bc.allocate(pool, 0, _Stream(), 256)
+    assert pool.sizes == [256]
 
 
 # -- GPU -------------------------------------------------------------------------------------

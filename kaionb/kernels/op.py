@@ -201,7 +201,7 @@ def fast_path(fwd):
         key = _signature(fwd, args, kwargs, arrays)
         if key is None:
             return _on_call_device(fwd, args, kwargs)
-        if len(arrays) > 1 and len({id(a) for a in arrays}) < len(arrays):
+        if len(arrays) > 1 and len(set(map(id, arrays))) < len(arrays):
             # One array passed twice (``a += b``: input and out): the signature says which
             # arguments are the same object, so a replay finds the same aliasing.
             first = {}
