@@ -204,7 +204,7 @@ REDUCTIONS = ("sum", "prod", "mean", "max", "min", "argmax", "argmin", "var", "s
 # concatenate, the function it is).
 NO_INPUT_CHECKS = {"DeviceArray", "Graph", "Int4Weight", "Stream", "current_stream",
                    "device_count", "gpu_available", "finfo", "iinfo", "result_type", "can_cast",
-                   "concat"}
+                   "concat", "empty_cache"}
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
           "original_max_position_embeddings": 8192}  # the two bands swapped
 
