@@ -173,6 +173,37 @@ def test_vector_and_flat_layouts(dt, n, rng, kernels_run):
 
 
 @gpu
+@pytest.mark.parametrize("dt", [F32, F16, F64, np.int8], ids=lambda d: np.dtype(d).name)
+def test_a_shared_misalignment_runs_its_head_apart(dt, rng, kernels_run, monkeypatch):
+    # Every array, the output too, the same elements past a 16-byte boundary: the elements
+    # up to it on the flat kernel, the rest on the vector one; arrays off by different
+    # amounts (a new output is aligned) or a short output stay on the flat kernel.
+    monkeypatch.setattr(elementwise, "SPLIT_BYTES", 1024)
+    per = 16 // np.dtype(dt).itemsize
+    n = 4099 * per // 4 + 3
+    a, b = _inputs(dt, (n + 2,), rng), _inputs(dt, (n + 2,), rng)
+    da, db, dout = kaionb.asarray(a), kaionb.asarray(b), kaionb.empty(n + 2, dt)
+    for skip in range(1, per):  # every misalignment a contiguous array can have
+        kernels_run.clear()
+        got = kaionb.subtract(da[skip:], db[skip:], out=dout[skip:])
+        _close(got, _numpy("subtract", a[skip:], b[skip:]), f"{skip} in")
+        layouts = [k.rsplit("_", 2)[1] for k in kernels_run if k.startswith("_elementwise_")]
+        assert layouts == ["flat", "vector"], (skip, layouts)
+    out = da[1:]  # in place
+    assert kaionb.add(out, db[1:], out=out) is out
+    _close(da, np.concatenate([a[:1], _numpy("add", a[1:], b[1:])]), "in place")
+    a = da.get()
+    kernels_run.clear()
+    _close(kaionb.subtract(da[1:], db[1:]), _numpy("subtract", a[1:], b[1:]), "new output")
+    _close(kaionb.subtract(da[1:n + 1], db[2:], out=dout[1:n + 1]),
+           _numpy("subtract", a[1:n + 1], b[2:]), "inputs off by different amounts")
+    _close(kaionb.subtract(da[1:9], db[1:9], out=dout[1:9]), _numpy("subtract", a[1:9], b[1:9]),
+           "short")
+    layouts = [k.rsplit("_", 2)[1] for k in kernels_run if k.startswith("_elementwise_")]
+    assert layouts == ["flat"] * 3, layouts
+
+
+@gpu
 @pytest.mark.parametrize("dt", [F32, F16, BF16, F64, np.int8, np.bool_],
                          ids=lambda d: np.dtype(d).name)
 def test_rows_layout(dt, rng, kernels_run):
