@@ -176,14 +176,15 @@ def test_vector_and_flat_layouts(dt, n, rng, kernels_run):
 @pytest.mark.parametrize("dt", [F32, F16, F64, np.int8], ids=lambda d: np.dtype(d).name)
 def test_a_shared_misalignment_runs_its_head_apart(dt, rng, kernels_run, monkeypatch):
     # Every array, the output too, the same elements past a 16-byte boundary: the elements
-    # up to it on the flat kernel, the rest on the vector one; arrays off by different
-    # amounts (a new output is aligned) or a short output stay on the flat kernel.
+    # up to the output's next 128-byte line on the flat kernel, the rest on the vector one;
+    # arrays off by different amounts (a new output is aligned) or a short output stay on
+    # the flat kernel.
     monkeypatch.setattr(elementwise, "SPLIT_BYTES", 1024)
     per = 16 // np.dtype(dt).itemsize
     n = 4099 * per // 4 + 3
     a, b = _inputs(dt, (n + 2,), rng), _inputs(dt, (n + 2,), rng)
     da, db, dout = kaionb.asarray(a), kaionb.asarray(b), kaionb.empty(n + 2, dt)
-    for skip in range(1, per):  # every misalignment a contiguous array can have
+    for skip in range(1, 8 * per, 3):  # misaligned, and 16 bytes in (not line-aligned)
         kernels_run.clear()
         got = kaionb.subtract(da[skip:], db[skip:], out=dout[skip:])
         _close(got, _numpy("subtract", a[skip:], b[skip:]), f"{skip} in")

@@ -18,8 +18,9 @@ Host side, once per call signature (then :func:`~kaionb.kernels.op.fast_path` re
      operand per step (``ld.global.v4`` / ``st.global.v4``: 8 halves a load where the
      flat kernel moves one), decoded through :func:`.helpers.dtypes.word_codec`; the
      last ``n % (16 // itemsize)`` elements go element by element. Arrays that all
-     start the same distance past a 16-byte boundary (``a[1:] + b[1:]``, at least
-     ``SPLIT_BYTES`` of output) run the elements up to it on the flat kernel first.
+     start the same distance past a 16-byte boundary (``a[1:] + b[1:]`` into
+     ``out=o[1:]``, at least ``SPLIT_BYTES`` of output) run the elements before the
+     output's next 128-byte line on the flat kernel first.
    - ``rows``: two collapsed axes, every array of one itemsize, contiguous along the
      rows, rows whole words4 long, a multiple of 16 bytes apart (or 0: a broadcast row)
      and 16-byte aligned: the vector kernel's words4 on a 2-D grid (x along the row, y
@@ -62,10 +63,13 @@ from .op import Plan, _span, fast_path, record, run
 
 THREADS = 256
 UNROLL = 4  # loads in flight per operand per thread in the flat kernel
-# Flat operands that share a misalignment, from this many output bytes on, run their few
-# leading elements apart and the rest on the vector kernel: the flat kernel reads 45% (f32)
-# / 53% (f16) of copy bandwidth on such operands (2^28 elements, H100), the vector ~95%.
+# Flat operands that share a misalignment, from this many output bytes on, run their
+# leading elements apart and the rest on the vector kernel, the output's stores from a
+# 128-byte line boundary (LINE_BYTES): a + b on 2^28 - 1 elements one in (out= one in,
+# H100) read 45% (f32) / 53% (f16) of copy bandwidth on the flat kernel, 80% / 86% with
+# the vector kernel from the next 16-byte boundary.
 SPLIT_BYTES = 4 << 20
+LINE_BYTES = 128
 VECTORS = 2  # words4 in flight per operand per thread in the vector kernel (its loop: two)
 VECTOR_BYTES = 16
 # Enough resident blocks to cover an H100 (132 SMs) in one wave; a grid-stride loop
@@ -677,16 +681,18 @@ def _words_aligned(arrays) -> bool:
 
 
 def _aligned_head(arrays, n: int) -> int:
-    """How many leading elements to run apart so that the vector kernel takes the rest:
-    nonzero when every array (the output first) has one itemsize and starts the same
-    number of bytes past a 16-byte boundary (``a[1:] + b[1:]``), and the output is at
-    least SPLIT_BYTES (a second launch would cost more than it saves on less)."""
+    """How many leading elements to run apart so that the vector kernel takes the rest
+    with the output on a 128-byte line boundary: nonzero when every array (the output
+    first) has one itemsize and starts the same number of bytes past a 16-byte boundary
+    (``a[1:] + b[1:]``, ``out=o[1:]``), the output is not line-aligned already, and it is
+    at least SPLIT_BYTES (a second launch would cost more than it saves on less)."""
     itemsize = arrays[0].itemsize
     off = arrays[0].ptr % VECTOR_BYTES
-    if not off or off % itemsize or n * itemsize < SPLIT_BYTES or any(
+    line_off = arrays[0].ptr % LINE_BYTES
+    if not line_off or off % itemsize or n * itemsize < SPLIT_BYTES or any(
             a.itemsize != itemsize or a.ptr % VECTOR_BYTES != off for a in arrays):
         return 0
-    return (VECTOR_BYTES - off) // itemsize
+    return (LINE_BYTES - line_off) // itemsize
 
 
 def _rows_layout(shape, arrays, strides) -> bool:
