@@ -12,6 +12,11 @@ from kaionb.testing import random_array
 gpu = pytest.mark.gpu
 
 
+# A device no GPU has: a stand-in block that outlives the fixture (a failing test's
+# traceback holds it) lands on a free list no real allocation reads.
+D0, D1 = 1000, 1001
+
+
 @pytest.fixture
 def lists(monkeypatch):
     """Empty free lists for the test (the process's own are left as they were)."""
@@ -45,41 +50,41 @@ class _Stream:
 
 def test_sizes_round_up_to_a_power_of_two(lists):
     pool = _Pool()
-    blocks = [bc.allocate(pool, 0, _Stream(), n) for n in (1, 255, 256, 257, 4096, 4097, 1 << 20)]
+    blocks = [bc.allocate(pool, D0, _Stream(), n) for n in (1, 255, 256, 257, 4096, 4097, 1 << 20)]
     assert pool.sizes == [b.size for b in blocks] == [256, 256, 256, 512, 4096, 8192, 1 << 20]
 
 
 def test_a_dead_block_is_taken_again(lists):
     pool = _Pool()
-    block = bc.allocate(pool, 0, _Stream(), 500)
+    block = bc.allocate(pool, D0, _Stream(), 500)
     buffer, handle = block.buffer, block.handle
-    assert block.size == 512 and handle == 0x1000 and bc.waiting_bytes(0) == 0
+    assert block.size == 512 and handle == 0x1000 and bc.waiting_bytes(D0) == 0
     del block  # the last owner dies: on the list of its device and size
-    assert bc.waiting_bytes(0) == 512 and bc.waiting_bytes(1) == 0
-    again = bc.allocate(pool, 0, _Stream(), 300)  # same class: no new allocation
+    assert bc.waiting_bytes(D0) == 512 and bc.waiting_bytes(D1) == 0
+    again = bc.allocate(pool, D0, _Stream(), 300)  # same class: no new allocation
     assert again.buffer is buffer and again.handle == handle and pool.sizes == [512]
-    other = bc.allocate(pool, 1, _Stream(), 300)  # another device: its own lists
+    other = bc.allocate(pool, D1, _Stream(), 300)  # another device: its own lists
     assert other.buffer is not buffer and pool.sizes == [512, 512]
-    assert bc.allocate(pool, 0, _Stream(), 300).buffer is not buffer  # `again` lives
+    assert bc.allocate(pool, D0, _Stream(), 300).buffer is not buffer  # `again` lives
 
 
 def test_free_lists_are_bounded_per_size(lists):
     size = bc.CLASS_BYTES // 4
     for i in range(6):
-        bc.give_back(_Buffer(0x1000 * (i + 1)), 0x1000 * (i + 1), 0, size)
-    assert len(lists[0, size]) == 4 and bc.waiting_bytes(0) == bc.CLASS_BYTES
-    bc.give_back(_Buffer(0x9000), 0x9000, 0, 256)  # another size has its own bound
-    assert bc.waiting_bytes(0) == bc.CLASS_BYTES + 256
+        bc.give_back(_Buffer(0x1000 * (i + 1)), 0x1000 * (i + 1), D0, size)
+    assert len(lists[D0, size]) == 4 and bc.waiting_bytes(D0) == bc.CLASS_BYTES
+    bc.give_back(_Buffer(0x9000), 0x9000, D0, 256)  # another size has its own bound
+    assert bc.waiting_bytes(D0) == bc.CLASS_BYTES + 256
 
 
 def test_empty_cache_drops_every_waiting_buffer(lists):
-    for device in (0, 1):
+    for device in (D0, D1):
         for size in (256, 4096):
             bc.give_back(_Buffer(0x1000), 0x1000, device, size)
     kaionb.empty_cache()
-    assert bc.waiting_bytes(0) == bc.waiting_bytes(1) == 0
+    assert bc.waiting_bytes(D0) == bc.waiting_bytes(D1) == 0
     pool = _Pool()
-    bc.allocate(pool, 0, _Stream(), 256)
+    bc.allocate(pool, D0, _Stream(), 256)
     assert pool.sizes == [256]
 
 
