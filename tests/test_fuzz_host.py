@@ -1064,3 +1064,23 @@ def test_views_match_numpy(base, dtype, layout, chain):
 def test_view_refusals_found_by_fuzzing(call, exc):
     with pytest.raises(exc):
         call()
+
+
+def test_overlapping_views_of_one_array_are_not_replayed():
+    """A call recorded on separate arrays is not replayed onto overlapping views of one
+    allocation with the same layouts (``add(y[:n], 1, out=y[1:n + 1])``): the host path
+    runs and copies the input first, as NumPy's semantics need. Disjoint views of one
+    allocation are replayed (found in review, 2026-11-26)."""
+    with stubbed_device() as device:
+        x, y = fake((64,), F32), fake((128,), F32)
+        x._owner, y._owner = object(), object()  # (metadata arrays all have owner None)
+        device.own(x, y)
+        for _ in range(2):
+            kaionb.add(x[:32], 1.0, out=y[1:33])
+        assert device.launches[-1] == "replay" and not device.actions
+        kaionb.add(y[:32], 1.0, out=y[1:33])
+        assert device.launches[-1] != "replay" and device.actions == ["cuMemcpyDtoDAsync"]
+        device.actions.clear()
+        for _ in range(2):
+            kaionb.add(y[:32], 1.0, out=y[40:72])
+        assert device.launches[-1] == "replay" and not device.actions

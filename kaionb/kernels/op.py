@@ -201,11 +201,18 @@ def fast_path(fwd):
         key = _signature(fwd, args, kwargs, arrays)
         if key is None:
             return _on_call_device(fwd, args, kwargs)
-        if len(arrays) > 1 and len(set(map(id, arrays))) < len(arrays):
-            # One array passed twice (``a += b``: input and out): the signature says which
-            # arguments are the same object, so a replay finds the same aliasing.
-            first = {}
-            key = (*key, tuple(first.setdefault(id(a), i) for i, a in enumerate(arrays)))
+        if len(arrays) > 1:
+            owners = len({id(a._owner) for a in arrays})
+            if owners < len(arrays):
+                if len(set(map(id, arrays))) > owners and _overlapping(arrays):
+                    # Distinct views of one allocation that overlap (``add(y[:n], 1,
+                    # out=y[1:])``): the layouts alone cannot say so, and a replay
+                    # recorded on separate arrays would skip the copy the host path makes.
+                    return _on_call_device(fwd, args, kwargs)
+                # One array passed twice (``a += b``: input and out): the signature says
+                # which arguments are the same object, so a replay finds the same aliasing.
+                first = {}
+                key = (*key, tuple(first.setdefault(id(a), i) for i, a in enumerate(arrays)))
         replays = STATE.calls
         if replays is None:
             replays = STATE.calls = {}
