@@ -77,12 +77,12 @@ def give_back(buffer, handle: int, device: int, size: int) -> None:
 
 
 def empty_cache() -> None:
-    """Free every small allocation kaionb keeps for reuse (their memory goes back to the
-    stream-ordered pool of each device).
+    """Free the small allocations kaionb keeps for reuse.
 
     Arrays of at most 1 MiB made on the legacy default stream keep their memory for the
     next allocation of the same size when they die (at most 52 MiB per device wait so);
-    this hands all of it back, as ``torch.cuda.empty_cache()`` does for PyTorch's cache.
+    this hands all of it back to each device's stream-ordered pool, as
+    ``torch.cuda.empty_cache()`` does for PyTorch's cache.
 
     Examples
     --------
