@@ -12,15 +12,24 @@ reuse is: work queued later on the stream runs after the work that used the bloc
 (other streams are ordered against it as they would be against a pool free on it).
 
 Only the legacy stream is cached: it never captures a graph (so a block never becomes
-part of one) and never dies (so no free list outlives its stream). At most
+part of one) and never dies (so no free list outlives its stream). With
+``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1`` handle 0 names each thread's own stream,
+unordered with the others', and nothing is cached. At most
 ``CLASS_BYTES`` of one size wait per device (52 MiB over the 13 sizes); past that a
 dying block's buffer is freed. :func:`empty_cache` frees every waiting block.
 """
 
 from __future__ import annotations
 
+import os
+
 from ._device import allocation_stream
 
+# With CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1 (read as cuda.bindings reads it),
+# handle 0 is each thread's own stream, and streams of two threads are not ordered: no
+# stream is cached then (None: no handle matches).
+CACHED_STREAM = (None if bool(int(os.getenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM",
+                                            "0"))) else 0)
 SMALL_BYTES = 1 << 20  # the largest allocation cached
 MIN_BYTES = 256        # the smallest size class
 CLASS_BYTES = 4 << 20  # per device and size: the most memory waiting on one free list

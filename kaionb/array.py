@@ -1178,7 +1178,7 @@ def _allocate(nbytes: int):
     that kaionb.graph() makes also free it before each relaunch)."""
     memory_resource, device_id = current_allocator()
     stream = current_stream()
-    if nbytes <= _block_cache.SMALL_BYTES and stream.handle == 0:
+    if nbytes <= _block_cache.SMALL_BYTES and stream.handle == _block_cache.CACHED_STREAM:
         return _block_cache.allocate(memory_resource, device_id, stream, nbytes), device_id
     try:
         return memory_resource.allocate(nbytes, stream=allocation_stream(device_id, stream)), \

@@ -88,6 +88,19 @@ def test_empty_cache_drops_every_waiting_buffer(lists):
     assert pool.sizes == [256]
 
 
+def test_nothing_is_cached_with_per_thread_default_streams():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM="1")
+    code = "from kaionb import _block_cache as bc; print(bc.CACHED_STREAM)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "None"
+    assert bc.CACHED_STREAM == 0 or os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM")
+
+
 # -- GPU -------------------------------------------------------------------------------------
 
 @gpu
