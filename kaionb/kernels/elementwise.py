@@ -641,16 +641,14 @@ def _elementwise_launch(name, operands, loops, out):
             return a._view((stop - start,), (a.itemsize,), start * a.itemsize)
 
         head = _aligned_head([out] + arrays, n)
-        if head:  # the elements before the common 16-byte boundary, then the vector kernel
-            for start, stop, layout in ((0, head, "flat"), (head, n, "vector")):
-                parts = iter(part(a, start, stop) for a in arrays)
-                args = [next(parts) if isinstance(v, DeviceArray) else v for v in views]
-                _launch(name, args, loops, part(out, start, stop), layout)
-            return
-        flat_views = iter(part(a, 0, n) for a in arrays)
-        args = [next(flat_views) if isinstance(v, DeviceArray) else v for v in views]
-        _launch(name, args, loops, part(out, 0, n),
-                "vector" if _words_aligned([out] + arrays) else "flat")
+        if head:  # the elements before the output's next line, then the vector kernel
+            pieces = ((0, head, "flat"), (head, n, "vector"))
+        else:
+            pieces = ((0, n, "vector" if _words_aligned([out] + arrays) else "flat"),)
+        for start, stop, layout in pieces:
+            parts = iter(part(a, start, stop) for a in arrays)
+            args = [next(parts) if isinstance(v, DeviceArray) else v for v in views]
+            _launch(name, args, loops, part(out, start, stop), layout)
         return
     if len(shape) == 2 and _rows_layout(shape, [out] + arrays, [out_strides] + strides):
         row_views = iter(a._view(tuple(shape), tuple(st)) for a, st in zip(arrays, strides))
