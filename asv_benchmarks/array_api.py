@@ -8,8 +8,9 @@ import kaionb
 
 from .common import batched_ms, median_ms, require_gpu
 
-CASES = ["add_f32_2^28", "add_f16_2^28", "add_row_broadcast", "add_transposed", "sum_2^28",
-         "max_2^28", "sum_axis0", "sum_axis1", "max_axis0", "small_add"]
+CASES = ["add_f32_2^28", "add_f16_2^28", "add_row_broadcast", "add_transposed",
+         "add_transposed_f16", "copy_transposed", "sum_2^28", "max_2^28", "sum_axis0",
+         "sum_axis1", "max_axis0", "small_add"]
 
 
 class ArrayApi:
@@ -43,6 +44,21 @@ class ArrayApi:
             self.ours = lambda: kaionb.add(km, km.T, out=ko)
             self.theirs = lambda: cp.add(m, m.T, out=o)
             self.nbytes = 3 * m.nbytes
+        elif case == "add_transposed_f16":
+            h, ho = m.astype(np.float16), cp.empty(m.shape, np.float16)
+            kh, kho = kaionb.asarray(h), kaionb.asarray(ho)
+            self.ours = lambda: kaionb.add(kh, kh.T, out=kho)
+            self.theirs = lambda: cp.add(h, h.T, out=ho)
+            self.nbytes = 3 * h.nbytes
+        elif case == "copy_transposed":
+            def ours():
+                ko[...] = km.T
+
+            def theirs():
+                o[...] = m.T
+
+            self.ours, self.theirs = ours, theirs
+            self.nbytes = 2 * m.nbytes
         elif case in ("sum_2^28", "max_2^28"):
             big = rng.standard_normal(n, dtype=np.float32)
             kbig = kaionb.asarray(big)

@@ -94,6 +94,19 @@ def cases():
                  lambda: cp.add(m, r, out=o), 2 * m.nbytes + r.nbytes))
     rows.append(("[8192,8192] + transposed f32", lambda: kaionb.add(km, kt.T, out=ko),
                  lambda: cp.add(m, t.T, out=o), 3 * m.nbytes))
+
+    def copy_transposed():
+        ko[...] = kt.T
+
+    def cupy_copy_transposed():
+        o[...] = t.T
+
+    rows.append(("out[...] = transposed f32", copy_transposed, cupy_copy_transposed,
+                 2 * m.nbytes))
+    h, ht, ho = (x.astype(np.float16) for x in (m, t, o))
+    kh, kht, kho = (kaionb.asarray(x) for x in (h, ht, ho))
+    rows.append(("[8192,8192] + transposed f16", lambda: kaionb.add(kh, kht.T, out=kho),
+                 lambda: cp.add(h, ht.T, out=ho), 3 * h.nbytes))
     h16 = rng.standard_normal((8192, 8192), dtype=np.float32).astype(np.float16)
     k16 = kaionb.asarray(h16)
     rows.append(("sum [8192,8192] f16 axis 0", lambda: kaionb.sum(k16, axis=0),

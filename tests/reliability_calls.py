@@ -748,9 +748,11 @@ def _elementwise(key):
     """The call that runs the kernel of ``key``: arrays of its operand dtypes (1-D of 263
     elements for the vector layout — a partial last words4 —, 1-D starting one element
     into an allocation for the flat one, [8, 64] slices of [8, 128] for the rows one,
-    transposed [33, 8] views for the strided one), scalars in its scalar slots."""
+    transposed [33, 8] views for the strided one, [40, 36] with its staged operands
+    transposed views for the tiled one), scalars in its scalar slots."""
     nin = ew.UFUNCS[key.op].nin
-    shape = {"vector": (263,), "flat": (264,), "rows": (8, 128), "strided": (8, 33)}[key.layout]
+    shape = {"vector": (263,), "flat": (264,), "rows": (8, 128), "strided": (8, 33),
+             "tiled": (40, 36)}[key.layout]
 
     def make(rng):
         operands = []
@@ -763,6 +765,8 @@ def _elementwise(key):
                     x = x[:, :64]  # rows 128 elements apart: two axes that do not merge
                 elif key.layout == "strided":
                     x = x.T
+                elif key.layout == "tiled" and key.staged[i]:  # a transposed view
+                    x = _dev(rng, shape[::-1], src).T
                 operands.append(x)
             elif key.op == "clip":
                 operands.append((-0.5, 0.5)[i - 1])  # the bounds

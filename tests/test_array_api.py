@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import kaionb
+from kaionb._device import STATE
 from kaionb.array import bfloat16
 from kaionb.kernels import elementwise
 from kaionb.testing import metadata_array as fake
@@ -228,6 +229,58 @@ def test_rows_layout(dt, rng, kernels_run):
     layouts = [k.rsplit("_", 2)[1] for k in kernels_run if k.startswith("_elementwise_")]
     assert layouts[:3] == ["rows"] * 3
     assert len(layouts) == 5 and layouts[4] == "rows"  # row 0 copied (layouts[3]) first
+
+
+@gpu
+@pytest.mark.parametrize("dt", [F32, F16, BF16, F64, np.int8, np.bool_],
+                         ids=lambda d: np.dtype(d).name)
+def test_tiled_layout(dt, rng, kernels_run):
+    # An operand that walks the output's rows across its own goes through a shared tile:
+    # partial tiles on both axes, one or both operands transposed, a transposed output,
+    # a batch of planes, a scalar and a broadcast column beside a tile, in place, a
+    # converting copy and where's condition; a plane narrower than a tile stays strided.
+    name = "logical_xor" if np.dtype(dt) == np.bool_ else "subtract"
+    scalar = True if np.dtype(dt) == np.bool_ else 3
+    typed = np.asarray(scalar).astype(dt)
+    a, b, e = _inputs(dt, (67, 45), rng), _inputs(dt, (45, 67), rng), _inputs(dt, (67, 45), rng)
+    da, db = kaionb.asarray(a), kaionb.asarray(b)
+    fn = getattr(kaionb, name)
+
+    def check(call, ref, what, tiles=1):
+        """The call ran one kernel, tiled with ``tiles`` staged operands (0: strided)."""
+        kernels_run.clear()
+        STATE.calls = None  # no replay of a plan recorded earlier (a .get()'s copy)
+        got = call()
+        ran = [k for k in kernels_run if k.startswith("_elementwise_")]
+        layout = "tiled" if tiles else "strided"
+        assert [k.rsplit("_", 2)[1] for k in ran] == [layout], (what, ran)
+        assert ran[0].count("_staging_x") == tiles, (what, ran)
+        _close(got, ref, what)
+
+    check(lambda: fn(da, db.T), _numpy(name, a, b.T), "second operand transposed")
+    check(lambda: fn(db.T, da), _numpy(name, b.T, a), "first operand transposed")
+    check(lambda: fn(da.T, db), _numpy(name, a.T, b), "the other orientation")
+    check(lambda: fn(da.T, kaionb.asarray(e).T), _numpy(name, a.T, e.T), "both transposed", 2)
+    check(lambda: fn(db.T, scalar), _numpy(name, b.T, typed), "scalar")
+    col = _inputs(dt, (67, 1), rng)
+    check(lambda: fn(db.T, kaionb.asarray(col)), _numpy(name, b.T, col), "broadcast column")
+    out = kaionb.empty((45, 67), dt)  # written along its own rows: a staged, b direct
+    check(lambda: fn(da, db.T, out=out.T), _numpy(name, a, b.T), "transposed output")
+    _close(out, _numpy(name, a, b.T).T, "transposed output, its base")
+    c, d = _inputs(dt, (3, 50, 40), rng), _inputs(dt, (3, 40, 50), rng)
+    dc, dd = kaionb.asarray(c), kaionb.asarray(d)
+    check(lambda: fn(dc, dd.transpose(0, 2, 1)), _numpy(name, c, d.transpose(0, 2, 1)),
+          "a batch of planes")
+    inplace = kaionb.asarray(a)
+    check(lambda: fn(inplace, db.T, out=inplace), _numpy(name, a, b.T), "in place")
+    _close(inplace, _numpy(name, a, b.T), "in place, the array itself")
+    check(lambda: db.T.astype(F32), b.T.astype(F32), "converting copy")
+    cond = b > b.flat[7]
+    dcond = kaionb.asarray(cond)
+    check(lambda: kaionb.where(dcond.T, da, scalar), np.where(cond.T, a, typed), "where")
+    narrow = _inputs(dt, (33, 8), rng)
+    dn = kaionb.asarray(narrow)
+    check(lambda: fn(dn.T, scalar), _numpy(name, narrow.T, typed), "narrow", 0)
 
 
 @gpu

@@ -28,6 +28,11 @@ Host side, once per call signature (then :func:`~kaionb.kernels.op.fast_path` re
    - ``flat``: every array operand contiguous along one collapsed axis. A grid-stride
      loop in which each thread issues ``UNROLL`` coalesced loads per operand before it
      computes and stores, so a warp keeps several memory requests in flight.
+   - ``tiled``: an operand walks the output's rows across its own (a transposed view,
+     ``a + b.T``). A block stages a ``TILE`` x ``TILE`` tile of each such operand in
+     shared memory, read along that operand's contiguous axis, and writes the output's
+     tile along its rows; the other operands are read directly. Up to four collapsed
+     axes, the last two the tile's.
    - ``strided``: up to four collapsed axes with any byte strides (broadcasts, transposes,
      slices, negative steps). A 2-D grid: x runs along the last axis, y over the rows
      formed by the others, whose indices are divided out once per row, not per element.
@@ -44,11 +49,12 @@ gets a copy of that input first, as NumPy does.
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, int64, uint32
+from numba import cuda, from_dtype, int32, int64, uint32
 
 from .._device import multiprocessor_count
 from ..array import DeviceArray, bfloat16, empty, register_kernel
@@ -78,6 +84,16 @@ BLOCKS_PER_SM = 8
 MAX_DIMS = 4
 MAX_GRID_Y = 65535
 COLUMNS_PER_THREAD = 8  # strided kernel: columns of one row per thread (at least)
+TILE = 32  # tiled kernel: a block writes TILE columns of TILE * depth rows...
+TILE_ROWS = 8  # ...with TILE x TILE_ROWS threads, each depth * TILE / TILE_ROWS rows.
+# depth: TILE_DEPTH_BYTES over the arrays' smallest itemsize, at most MAX_TILE_DEPTH, so
+# that a thread keeps about as many bytes in flight for any dtype. H100, [8192, 8192] + a
+# transposed operand, µs at depth 1 / 2 / 4 / 8: f64 536 / 539 / 542 / –, f32 322 / 276 /
+# 276 / –, f16 – / 241 / 199 / 213, int8 (a transposed copy) – / – / 138 / 158 (96
+# registers at depth 8).
+TILE_DEPTH_BYTES = 8
+MAX_TILE_DEPTH = 4
+MAX_GRID_Z = 65535
 
 
 class Ufunc(NamedTuple):
@@ -383,6 +399,117 @@ def _make_strided(fn, loads, enc):
     return _elementwise_strided_kernel
 
 
+def _tile_depth(itemsize: int) -> int:
+    """The tiled kernel's rows per tile, in TILEs, for arrays of smallest ``itemsize``."""
+    return builtins.max(1, builtins.min(MAX_TILE_DEPTH, TILE_DEPTH_BYTES // itemsize))
+
+
+def _tile_slot(src: np.dtype | None, loop: np.dtype | None, staged: bool, depth: int):
+    """``(stage, early, value, tile_shape, tile_type, early_type)`` of one operand slot of
+    the tiled kernel of ``depth``, for the tile at row r0, column c0 of plane (i0, i1):
+
+    - ``stage(tile, x, i0, i1, r0, c0)`` copies a staged operand's tile into shared
+      memory (``tile[column, row]``), thread x walking the operand's contiguous rows;
+    - ``early(vals, x, i0, i1, r0, c0)`` loads a direct operand's elements of the thread
+      (column threadIdx.x, rows threadIdx.y + TILE_ROWS·j) before the barrier;
+    - ``value(tile, vals, x, j)`` is element j of the thread in ``loop``'s compute type
+      (a scalar slot: x).
+
+    Indices are clamped into the array, so every load is issued before any is used; the
+    clamped ones fill entries no thread keeps."""
+    per_row = TILE * depth
+    steps = per_row // TILE_ROWS
+    loads = TILE // TILE_ROWS  # per TILE rows of the tile (depth of them)
+    raw_shape = (depth, loads)
+    @device_function
+    def stage_nothing(tile, x, i0, i1, r0, c0):
+        return
+
+    @device_function
+    def early_nothing(vals, x, i0, i1, r0, c0):
+        return
+
+    if src is None:  # a scalar (or unused) slot is its own every element
+        @device_function
+        def itself(tile, vals, x, j):
+            return x
+
+        return stage_nothing, early_nothing, itself, (1, 1), uint32, int32
+    load = _strided_loader(src, loop)
+    if not staged:
+        @device_function
+        def early(vals, x, i0, i1, r0, c0):
+            c = min(c0 + cuda.threadIdx.x, x.shape[3] - 1)
+            for j in range(steps):
+                vals[j] = load(x, i0, i1, min(r0 + cuda.threadIdx.y + j * TILE_ROWS,
+                                              x.shape[2] - 1), c)
+
+        @device_function
+        def direct(tile, vals, x, j):
+            return vals[j]
+
+        return stage_nothing, early, direct, (1, 1), uint32, compute_type(loop)
+    conv = converter(src, loop)
+    stored = from_dtype(np.dtype(storage(src)))
+
+    @device_function
+    def stage(tile, x, i0, i1, r0, c0):
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        last_r, last_c = x.shape[2] - 1, x.shape[3] - 1
+        raw = cuda.local.array(raw_shape, stored)
+        for h in range(depth):
+            r = min(r0 + tx + h * TILE, last_r)
+            for j in range(loads):
+                raw[h, j] = x[i0, i1, r, min(c0 + ty + j * TILE_ROWS, last_c)]
+        for h in range(depth):
+            for j in range(loads):
+                tile[ty + j * TILE_ROWS, tx + h * TILE] = raw[h, j]  # a warp: consecutive
+
+    @device_function
+    def from_tile(tile, vals, x, j):
+        # Row stride per_row + 1 elements: a warp's reads of one row land in distinct banks.
+        return conv(tile[cuda.threadIdx.x, cuda.threadIdx.y + j * TILE_ROWS])
+
+    return stage, early_nothing, from_tile, (TILE, per_row + 1), stored, int32
+
+
+def _make_tiled(fn, slots, enc, depth):
+    """The tiled layout's kernel (module doc): block (x, y) writes the output's tile of
+    TILE columns and TILE·depth rows at row TILE·depth·y, column TILE·x of plane z =
+    i0·d1 + i1."""
+    (st0, ea0, va0, S0, T0, E0), (st1, ea1, va1, S1, T1, E1), (st2, ea2, va2, S2, T2, E2) = slots
+    per_row = TILE * depth
+    steps = per_row // TILE_ROWS
+
+    def _elementwise_tiled_kernel(x0, x1, x2, out, d1):
+        t0 = cuda.shared.array(S0, T0)
+        t1 = cuda.shared.array(S1, T1)
+        t2 = cuda.shared.array(S2, T2)
+        e0 = cuda.local.array(steps, E0)
+        e1 = cuda.local.array(steps, E1)
+        e2 = cuda.local.array(steps, E2)
+        i0 = cuda.blockIdx.z // d1
+        i1 = cuda.blockIdx.z - i0 * d1
+        r0 = cuda.blockIdx.y * per_row
+        c0 = cuda.blockIdx.x * TILE
+        st0(t0, x0, i0, i1, r0, c0)
+        st1(t1, x1, i0, i1, r0, c0)
+        st2(t2, x2, i0, i1, r0, c0)
+        ea0(e0, x0, i0, i1, r0, c0)  # the direct operands' loads, in flight across the barrier
+        ea1(e1, x1, i0, i1, r0, c0)
+        ea2(e2, x2, i0, i1, r0, c0)
+        cuda.syncthreads()
+        c = c0 + cuda.threadIdx.x
+        if c < out.shape[3]:
+            for j in range(steps):
+                r = r0 + cuda.threadIdx.y + j * TILE_ROWS
+                if r < out.shape[2]:
+                    out[i0, i1, r, c] = enc(fn(va0(t0, e0, x0, j), va1(t1, e1, x1, j),
+                                               va2(t2, e2, x2, j)))
+
+    return _elementwise_tiled_kernel
+
+
 class KernelKey(NamedTuple):
     """What one elementwise kernel is specialized on. ``operands``: per slot, the array's
     dtype or None for a scalar (or an unused slot)."""
@@ -391,7 +518,13 @@ class KernelKey(NamedTuple):
     operands: tuple
     loops: tuple  # per slot, the dtype its value is computed as (None: unused slot)
     out: np.dtype
-    layout: str  # "vector", "flat", "rows" or "strided"
+    layout: str  # "vector", "flat", "rows", "tiled" or "strided"
+    staged: tuple = ()  # tiled: per slot, whether it is read through a shared tile
+
+
+def _key_tile_depth(key: KernelKey) -> int:
+    return _tile_depth(builtins.min(dt.itemsize for dt in (key.out,) + key.operands
+                                   if dt is not None))
 
 
 _KERNELS: dict = {}
@@ -409,7 +542,7 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
     result_loop = key.loops[1] if key.op == "where" else key.loops[0]
     fn = _compute_fn(key.op, result_loop)
     loads = ()
-    if key.layout != "rows":  # element loaders (the rows kernel's rows are whole words4)
+    if key.layout not in ("rows", "tiled"):  # element loaders (rows: whole words4)
         loads = tuple(make_load(src, loop) if loop is not None else
                       (_unused_flat if flat else _unused_strided)
                       for src, loop in zip(key.operands, key.loops))
@@ -422,12 +555,18 @@ def _elementwise_kernel(key: KernelKey) -> KernelDef:
         else:
             args.append("int32" if loop is None else scalar_type_name(loop))
     args.append(storage(key.out) + dims)
-    args += ["int64"] if key.layout != "strided" else ["int64", "int64", "int64"]
+    args += ["int64", "int64", "int64"] if key.layout == "strided" else ["int64"]
     tag = "_".join("s" if s is None else s.name for s in key.operands)
     loops = "_".join("x" if lp is None else lp.name for lp in key.loops)
-    name = f"_elementwise_{key.op}_{tag}_as_{loops}_to_{key.out.name}_{key.layout}_kernel"
+    staged = "".join(f"_staging_x{i}" for i, st in enumerate(key.staged) if st)
+    name = (f"_elementwise_{key.op}_{tag}_as_{loops}_to_{key.out.name}{staged}_{key.layout}"
+            "_kernel")
     enc = encode(key.out)
-    if key.layout in ("vector", "rows"):
+    if key.layout == "tiled":
+        depth = _key_tile_depth(key)
+        pyfunc = _make_tiled(fn, tuple(_tile_slot(src, loop, st, depth) for src, loop, st in
+                                       zip(key.operands, key.loops, key.staged)), enc, depth)
+    elif key.layout in ("vector", "rows"):
         rows = key.layout == "rows"
         slots = tuple(_vector_slot(src, loop, rows)
                       for src, loop in zip(key.operands, key.loops))
@@ -630,7 +769,12 @@ def _elementwise_launch(name, operands, loops, out):
     views = [_broadcast_view(x, out.shape) if isinstance(x, DeviceArray) else x
              for x in operands]
     arrays = [v for v in views if isinstance(v, DeviceArray)]
-    shape, strides = _collapse(out.shape, out.strides, *(v.strides for v in arrays))
+    # Axes in the output's memory order (as NumPy's iterator): a transposed output is
+    # written along its own rows.
+    order = sorted(range(out.ndim), key=lambda i: -builtins.abs(out.strides[i]))
+    shape, strides = _collapse([out.shape[i] for i in order],
+                               *([st[i] for i in order] for st in
+                                 [out.strides] + [v.strides for v in arrays]))
     out_strides, strides = strides[0], strides[1:]
     flat = len(shape) <= 1 and all(
         not st or st[0] == a.itemsize for a, st in zip([out] + arrays, [out_strides] + strides))
@@ -655,6 +799,11 @@ def _elementwise_launch(name, operands, loops, out):
         args = [next(row_views) if isinstance(v, DeviceArray) else v for v in views]
         _launch(name, args, loops, out._view(tuple(shape), tuple(out_strides)), "rows")
         return
+    staged = _staged_operands(shape, out, out_strides, arrays, strides)
+    layout = "tiled" if staged is not None else "strided"
+    if staged is not None:  # per slot (views), a scalar slot never staged
+        flags = iter(staged)
+        staged = tuple(next(flags) if isinstance(v, DeviceArray) else False for v in views)
     lead = len(shape) - MAX_DIMS
     for index in np.ndindex(*shape[:lead]) if lead > 0 else [()]:
         sub_shape = shape[lead:] if lead > 0 else shape
@@ -668,7 +817,23 @@ def _elementwise_launch(name, operands, loops, out):
 
         strided = iter(view4(a, st) for a, st in zip(arrays, strides))
         args = [next(strided) if isinstance(v, DeviceArray) else v for v in views]
-        _launch(name, args, loops, view4(out, out_strides), "strided")
+        _launch(name, args, loops, view4(out, out_strides), layout, staged)
+
+
+def _staged_operands(shape, out, out_strides, arrays, strides) -> tuple | None:
+    """Per array operand, whether the tiled layout reads it through a shared tile: its
+    walk along the output's rows crosses its own (it is closer packed along the axis
+    before). None where no operand is, or the output is not contiguous along its rows,
+    or the tiles' plane is narrower than a tile or past the grid's reach."""
+    if len(shape) < 2 or min(shape[-2:]) < TILE or out_strides[-1] != out.itemsize:
+        return None
+    planes = math.prod(shape[-MAX_DIMS:-2])
+    if planes > MAX_GRID_Z or math.ceil(shape[-2] / TILE) > MAX_GRID_Y:
+        return None
+    staged = tuple(st[-1] not in (0, a.itemsize)
+                   and builtins.abs(st[-2]) < builtins.abs(st[-1])
+                   for a, st in zip(arrays, strides))
+    return staged if any(staged) else None
 
 
 def _words_aligned(arrays) -> bool:
@@ -702,11 +867,13 @@ def _rows_layout(shape, arrays, strides) -> bool:
         st[1] == itemsize and st[0] % VECTOR_BYTES == 0 for st in strides)
 
 
-def _launch(name, args, loops, out, layout):
+def _launch(name, args, loops, out, layout, staged=None):
+    """One launch of ``layout``'s kernel; ``staged``: the tiled layout's per-slot tiles."""
     slots = list(args) + [None] * (3 - len(args))
     loop_slots = tuple(loops) + (None,) * (3 - len(loops))
     key = KernelKey(name, tuple(a.dtype if isinstance(a, DeviceArray) else None for a in slots),
-                    loop_slots, out.dtype, layout)
+                    loop_slots, out.dtype, layout,
+                    tuple(staged) + (False,) * (3 - len(staged)) if staged else ())
     kdef = _elementwise_kernel(key)
     values = [a if isinstance(a, DeviceArray) else
               (0 if lp is None else host_scalar(a, lp)) for a, lp in zip(slots, loop_slots)]
@@ -728,6 +895,12 @@ def _launch(name, args, loops, out, layout):
         gy = max(1, min(rows, MAX_GRID_Y, waves // gx))
         Plan.of(kdef, (gx, gy), (THREADS,)).launch(*values, out, rows)
         return
+    if layout == "tiled":
+        d0, d1, rows, cols = out.shape
+        grid = (math.ceil(cols / TILE), math.ceil(rows / (TILE * _key_tile_depth(key))),
+                d0 * d1)
+        Plan.of(kdef, grid, (TILE, TILE_ROWS)).launch(*values, out, d1)
+        return
     d0, d1, d2, inner = out.shape
     rows = d0 * d1 * d2
     bx = min(THREADS, max(32, 1 << (inner - 1).bit_length()))
@@ -744,8 +917,9 @@ def _launch(name, args, loops, out, layout):
 @kernel_family
 def _samples():
     """Every op once (float32, flat and vector), every dtype through add in every layout
-    and through copy to float32 (in vector and rows for the 4-byte dtypes only: one
-    itemsize), every scalar slot kind, and the mixed-dtype conversions."""
+    (tiled: its second operand staged) and through copy to float32 (in vector and rows for
+    the 4-byte dtypes only: one itemsize), every scalar slot kind, the mixed-dtype
+    conversions, and tiles of both operands, of a copy and of a ``where``'s condition."""
     f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
     keys = []
     for name, spec in UFUNCS.items():
@@ -759,6 +933,8 @@ def _samples():
     ints = [np.dtype(t) for t in (np.int64, np.uint64, np.int32, np.uint32, np.int16,
                                   np.uint16, np.int8, np.uint8)]
     for dt in [np.dtype(np.float64), f32, f16, bfloat16, BOOL] + ints:
+        keys.append(KernelKey("add", (dt, dt, None), (dt, dt, None), dt, "tiled",
+                              (False, True, False)))
         for layout in ("vector", "flat", "rows", "strided"):
             keys.append(KernelKey("add", (dt, dt, None), (dt, dt, None), dt, layout))
             if layout not in ("vector", "rows") or dt.itemsize == f32.itemsize:
@@ -768,6 +944,12 @@ def _samples():
         for name in ("floor_divide", "remainder", "pow", "maximum", "less"):
             loops, out = resolve(name, (dt, dt))
             keys.append(KernelKey(name, (dt, dt, None), loops + (None,), out, "flat"))
+    keys.append(KernelKey("add", (f32, f32, None), (f32, f32, None), f32, "tiled",
+                          (True, True, False)))
+    keys.append(KernelKey("copy", (f16, None, None), (f32, None, None), f32, "tiled",
+                          (True, False, False)))
+    keys.append(KernelKey("where", (BOOL, f32, None), (BOOL, f32, f32), f32, "tiled",
+                          (True, False, False)))
     keys.append(KernelKey("where", (BOOL, f32, None), (BOOL, f32, f32), f32, "strided"))
     keys.append(KernelKey("clip", (f16, None, None), (f16, f16, f16), f16, "flat"))
     keys.append(KernelKey("add", (bfloat16, np.dtype(np.int8), None),
