@@ -271,6 +271,11 @@ def test_tiled_layout(dt, rng, kernels_run):
     dc, dd = kaionb.asarray(c), kaionb.asarray(d)
     check(lambda: fn(dc, dd.transpose(0, 2, 1)), _numpy(name, c, d.transpose(0, 2, 1)),
           "a batch of planes")
+    six = _inputs(dt, (2, 3, 2, 3, 40, 34), rng)  # axes that do not merge: a host loop
+    view = np.transpose(six[:, ::2, :, ::2], (0, 1, 2, 3, 5, 4))
+    got = fn(kaionb.permute_dims(kaionb.asarray(six)[:, ::2, :, ::2], (0, 1, 2, 3, 5, 4)),
+             scalar)
+    _close(got, _numpy(name, view, typed), "six axes")
     inplace = kaionb.asarray(a)
     check(lambda: fn(inplace, db.T, out=inplace), _numpy(name, a, b.T), "in place")
     _close(inplace, _numpy(name, a, b.T), "in place, the array itself")

@@ -1084,3 +1084,37 @@ def test_overlapping_views_of_one_array_are_not_replayed():
         for _ in range(2):
             kaionb.add(y[:32], 1.0, out=y[40:72])
         assert device.launches[-1] == "replay" and not device.actions
+
+
+def test_transposed_operands_take_the_tiled_layout():
+    """Which operands the tiled layout stages, for the walks a transposed view gives: one
+    or both operands, a transposed output (the walk follows the output's strides), a
+    batch of planes, more axes than the kernels index (one launch per leading index), and
+    planes narrower than a tile (the strided kernel)."""
+    with stubbed_device() as device:
+        a, b, c = fake((67, 45), F32), fake((45, 67), F32), fake((67, 45), F32)
+        batch, wide = fake((3, 40, 50), F16), fake((2, 3, 2, 3, 40, 34), F16)
+        narrow = fake((33, 8), F32)
+        for x in (a, b, c, batch, wide, narrow):
+            x._owner = object()
+        device.own(a, b, c, batch, wide, narrow)
+
+        def ran(call):
+            kaionb._device.STATE.calls = None  # plan afresh: no replay
+            start = len(device.launches)
+            call()
+            names = device.launches[start:]
+            return [n.split("_to_")[1].removesuffix("_kernel") for n in names]
+
+        assert ran(lambda: a + b.T) == ["float32_staging_x1_tiled"]
+        assert ran(lambda: b.T - a) == ["float32_staging_x0_tiled"]
+        assert ran(lambda: a.T * c.T) == ["float32_staging_x0_staging_x1_tiled"]
+        assert ran(lambda: kaionb.add(a, 1.0, out=b.T)) == ["float32_staging_x0_tiled"]
+        assert ran(lambda: kaionb.add(a, b.T, out=c)) == ["float32_staging_x1_tiled"]
+        assert ran(lambda: b.T.astype(F16)) == ["float16_staging_x0_tiled"]
+        assert ran(lambda: batch.transpose(0, 2, 1) + 1) == ["float16_staging_x0_tiled"]
+        # Six axes that do not merge: the first two in a host loop, 2 x 2 launches.
+        six = kaionb.permute_dims(wide[:, ::2, :, ::2], (0, 1, 2, 3, 5, 4))
+        assert ran(lambda: six + 1) == ["float16_staging_x0_tiled"] * 4
+        assert ran(lambda: narrow.T + 1) == ["float32_strided"]
+        assert ran(lambda: a + a) == ["float32_vector"]
