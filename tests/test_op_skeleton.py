@@ -261,11 +261,12 @@ def test_op_kernels_follow_the_naming_scheme():
              if k.pyfunc.__module__.rpartition(".")[2] in modules]
     assert len(names) >= 30
     assert [n for n in names if not re.fullmatch(r"_[a-z0-9_]+_(fwd|bwd)_kernel(_\w+)?", n)] == []
-    # The elementwise family: op, operand dtypes ("s" a scalar), loop dtypes, output, layout.
+    # The elementwise family: op, operand dtypes ("s" a scalar), loop dtypes, output, the
+    # tiled layout's staged operands, layout.
     family = [k.name for k in elementwise._samples()]
     assert [n for n in family if not re.fullmatch(
-        r"_elementwise_[a-z_]+?_((\w+?|s)_){3}as_\w+_to_\w+_(vector|flat|rows|strided)_kernel",
-        n)] == []
+        r"_elementwise_[a-z_]+?_((\w+?|s)_){3}as_\w+_to_[a-z0-9]+"
+        r"(_(vector|flat|rows|strided)|(_staging_x[012])+_tiled)_kernel", n)] == []
 
 
 def test_rows_view_refuses_with_the_one_message_format():
