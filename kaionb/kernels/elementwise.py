@@ -25,14 +25,15 @@ Host side, once per call signature (then :func:`~kaionb.kernels.op.fast_path` re
      rows, rows whole words4 long, a multiple of 16 bytes apart (or 0: a broadcast row)
      and 16-byte aligned: the vector kernel's words4 on a 2-D grid (x along the row, y
      over rows).
-   - ``flat``: every array operand contiguous along one collapsed axis. A grid-stride
-     loop in which each thread issues ``UNROLL`` coalesced loads per operand before it
-     computes and stores, so a warp keeps several memory requests in flight.
+   - ``flat``: every array operand contiguous along one collapsed axis. Each thread
+     issues ``UNROLL`` coalesced loads per operand before it computes and stores, so a
+     warp keeps several memory requests in flight; the grid covers the array (a
+     grid-stride loop only past ``MAX_GRID_X`` blocks).
    - ``tiled``: an operand walks the output's rows across its own (a transposed view,
-     ``a + b.T``). A block stages a ``TILE`` x ``TILE`` tile of each such operand in
-     shared memory, read along that operand's contiguous axis, and writes the output's
-     tile along its rows; the other operands are read directly. Up to four collapsed
-     axes, the last two the tile's.
+     ``a + b.T``). A block stages a tile of ``TILE`` columns by ``TILE`` x depth rows
+     (:func:`_tile_depth`) of each such operand in shared memory, read along that
+     operand's contiguous axis, and writes the output's tile along its rows; the other
+     operands are read directly. Up to four collapsed axes, the last two the tile's.
    - ``strided``: up to four collapsed axes with any byte strides (broadcasts, transposes,
      slices, negative steps). A 2-D grid: x runs along the last axis, y over the rows
      formed by the others, whose indices are divided out once per row, not per element.
@@ -428,6 +429,7 @@ def _tile_slot(src: np.dtype | None, loop: np.dtype | None, staged: bool, depth:
     steps = per_row // TILE_ROWS
     loads = TILE // TILE_ROWS  # per TILE rows of the tile (depth of them)
     raw_shape = (depth, loads)
+
     @device_function
     def stage_nothing(tile, x, i0, i1, r0, c0):
         return
