@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import threading
 
-_LOCAL = threading.local()
+
+class _TapeState(threading.local):
+    tape = None  # a class default: a thread that never entered a tape reads it without a miss
+
+
+_LOCAL = _TapeState()
 
 
 def active_tape():
@@ -27,7 +32,7 @@ def active_tape():
     ...     print(kaionb.grad.active_tape() is tape)
     True
     """
-    return getattr(_LOCAL, "tape", None)
+    return _LOCAL.tape
 
 
 def set_active_tape(tape) -> None:

@@ -201,9 +201,10 @@ def fast_path(fwd):
         key = _signature(fwd, args, kwargs, arrays)
         if key is None:
             return _on_call_device(fwd, args, kwargs)
-        if len(arrays) > 1:
+        n = len(arrays)
+        if n > 2 or n == 2 and arrays[0]._owner is arrays[1]._owner:  # (a set costs 0.2 µs)
             owners = len({id(a._owner) for a in arrays})
-            if owners < len(arrays):
+            if owners < n:
                 if len(set(map(id, arrays))) > owners and _overlapping(arrays):
                     # Distinct views of one allocation that overlap (``add(y[:n], 1,
                     # out=y[1:])``): the layouts alone cannot say so, and a replay
