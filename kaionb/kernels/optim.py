@@ -19,11 +19,16 @@ against float64, 2000 steps at torch's defaults: v's error 8.9e-6 -> 5.7e-7, p's
 (aten/src/ATen/native/cuda/fused_adam_utils.cuh); m's is the lerp of its foreach path;
 the update is the fused kernel's ``param -= step_size * exp_avg / denom``.
 
-One grid-stride pass: each thread updates 8 consecutive elements per step — 16-byte
-loads of p, m, v (two each) and of g (one for halves, two for float32), 16-byte stores
-of p, m, v and of the optional half copy of p. Bytes per element: read 12 + sizeof(g),
-write 12 (+2 for the copy). Arrays whose addresses break 16-byte alignment (views at an
-odd offset) go element by element, consecutive threads on consecutive elements.
+One grid-stride pass: each thread updates 8 elements per step, two runs of 4 that lie
+THREADS·4 elements apart — 16-byte loads and stores of p, m, v (two each), of a float32
+g, 8-byte ones of a half g and of the optional half copy of p — so that consecutive
+threads touch consecutive runs and each load or store instruction of a warp covers one
+contiguous span (a thread's 8 consecutive elements made every instruction fill half of
+each 32-byte sector, the other half coming from the next instruction: 81.7% of copy
+bandwidth on an H100, docs/perf-log-primitives.md). Bytes per element: read 12 +
+sizeof(g), write 12 (+2 for the copy). The elements past the last whole block's span,
+and everything when an address breaks 16-byte alignment (a view at an odd offset), go
+element by element, consecutive threads on consecutive elements.
 """
 
 from __future__ import annotations
@@ -38,7 +43,13 @@ from ..array import bfloat16
 from ..ptx_patches import device_function
 from ..validation import as_array, check_contiguous, check_same_device, check_shape, fail
 from .helpers.rowwise import CODECS, FLOAT_DTYPES, MAX_GRID_X, VEC_BYTES
-from .helpers.vector import load_u32x4, load_u32x4_readonly, store_u32x4
+from .helpers.vector import (
+    load_u32x2_readonly,
+    load_u32x4,
+    load_u32x4_readonly,
+    store_u32x2,
+    store_u32x4,
+)
 from .launch import kernel
 from .op import Plan, PlanCache, device_guard
 
@@ -49,9 +60,10 @@ __all__ = ["adamw_step", "adamw_step_fwd", "adamw_ref"]
 # thread; unrolling further would double the 32 float registers the step keeps live.
 VEC = 8
 THREADS = 256
-# At most 64 registers, so 4 blocks of 256 share an SM (unbounded, ptxas takes up to 72:
-# 3 blocks); no spills at that cap (tests/test_compile_all.py checks). Not yet timed.
-BLOCKS_PER_SM = 4
+# Launch bounds: at least 3 blocks of 256 a SM (ptxas takes 63-65 registers; 60-62 at a
+# bound of 4). H100, float32 grads, 2^25 elements, % of copy bandwidth at a bound of
+# 2 / 3 / 4 / 6 blocks: 97.9 / 97.9 / 95.7 / 57.5 (6: 40 registers and spills).
+BLOCKS_PER_SM = 3
 HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 _F32 = CODECS[np.dtype(np.float32)]
 
@@ -77,13 +89,15 @@ def _make_adamw_kernel(grad_dtype, copy_dtype):
     cc = CODECS[copy_dtype] if copy_dtype is not None else None
     HALF_GRAD = gc.vec == VEC
     HAS_COPY = cc is not None
-    unpack_g, decode_g = gc.unpack, gc.decode
+    unpack_g, unpack_g_pair, decode_g = gc.unpack, gc.unpack_pair, gc.decode
     unpack_f, pack_f = _F32.unpack, _F32.pack
-    pack_c = cc.pack if HAS_COPY else pack_f
+    pack_c_pair = cc.pack_pair if HAS_COPY else _F32.pack_pair
     encode_c = cc.encode if HAS_COPY else _F32.encode
     G = gc.storage
     C = cc.storage if HAS_COPY else "float32"
     suffix = grad_dtype.name + (f"_{copy_dtype.name}" if HAS_COPY else "")
+    RUN = 4  # elements per 16-byte word of float32
+    SPAN = THREADS * VEC  # elements a block's step covers
 
     @kernel([f"void(float32[::1], {G}[::1], float32[::1], float32[::1], {C}[::1], int64, "
              "int32, float32, float32, float32, float32, float32, float32, float32)"],
@@ -94,31 +108,33 @@ def _make_adamw_kernel(grad_dtype, copy_dtype):
         fg = cuda.local.array(VEC, float32)
         fm = cuda.local.array(VEC, float32)
         fv = cuda.local.array(VEC, float32)
-        first = int64(cuda.blockIdx.x) * int64(cuda.blockDim.x) + int64(cuda.threadIdx.x)
-        stride = int64(cuda.gridDim.x) * int64(cuda.blockDim.x)
-        nvec = n // VEC if aligned else int64(0)
+        first = int64(cuda.blockIdx.x) * THREADS + int64(cuda.threadIdx.x)
+        stride = int64(cuda.gridDim.x) * THREADS
+        nvec = n // SPAN * THREADS if aligned else int64(0)  # thread steps on whole spans
         for c in range(first, nvec, stride):
-            e = c * VEC
+            t = c % THREADS
+            e0 = (c - t) * VEC + t * RUN
             # p, m, v are written below: the coherent ld.global (ld.global.nc is for data
             # that stays read-only for the whole kernel); g goes through the read-only path.
             for h in range(2):
-                unpack_f(load_u32x4(p, e + 4 * h), fp, 4 * h)
-                unpack_f(load_u32x4(m, e + 4 * h), fm, 4 * h)
-                unpack_f(load_u32x4(v, e + 4 * h), fv, 4 * h)
-            if HALF_GRAD:
-                unpack_g(load_u32x4_readonly(g, e), fg, 0)
-            else:
-                for h in range(2):
-                    unpack_g(load_u32x4_readonly(g, e + 4 * h), fg, 4 * h)
+                e = e0 + h * (THREADS * RUN)
+                unpack_f(load_u32x4(p, e), fp, RUN * h)
+                unpack_f(load_u32x4(m, e), fm, RUN * h)
+                unpack_f(load_u32x4(v, e), fv, RUN * h)
+                if HALF_GRAD:
+                    unpack_g_pair(load_u32x2_readonly(g, e), fg, RUN * h)
+                else:
+                    unpack_g(load_u32x4_readonly(g, e), fg, RUN * h)
             for j in range(VEC):
                 fp[j], fm[j], fv[j] = _adamw_element(fp[j], fg[j], fm[j], fv[j], sign, lr_wd,
                                                      c1, c2, step_size, bc2_sqrt, eps)
             for h in range(2):
-                store_u32x4(p, e + 4 * h, pack_f(fp, 4 * h))
-                store_u32x4(m, e + 4 * h, pack_f(fm, 4 * h))
-                store_u32x4(v, e + 4 * h, pack_f(fv, 4 * h))
-            if HAS_COPY:
-                store_u32x4(copy, e, pack_c(fp, 0))
+                e = e0 + h * (THREADS * RUN)
+                store_u32x4(p, e, pack_f(fp, RUN * h))
+                store_u32x4(m, e, pack_f(fm, RUN * h))
+                store_u32x4(v, e, pack_f(fv, RUN * h))
+                if HAS_COPY:
+                    store_u32x2(copy, e, pack_c_pair(fp, RUN * h))
         # The tail (aligned) or everything (not): one element per thread per step.
         for e in range(nvec * VEC + first, n, stride):
             pe, me, ve = _adamw_element(p[e], decode_g(g[e]), m[e], v[e], sign, lr_wd, c1, c2,

@@ -104,6 +104,14 @@ ld_global_nc_v4_u32 = ptx_instruction(
     "change while the kernel runs. (address: u64) -> 4×u32.",
 )
 
+ld_global_nc_v2_u32 = ptx_instruction(
+    "ld_global_nc_v2_u32",
+    "ld.global.nc.v2.u32 {$0, $1}, [$2];",
+    outputs=types.UniTuple(types.uint32, 2),
+    inputs=(types.uint64,),
+    doc="``ld.global.nc.v2.u32``: read-only path. (address: u64, 8-byte aligned) -> 2×u32.",
+)
+
 ld_global_v4_f32 = ptx_instruction(
     "ld_global_v4_f32",
     "ld.global.v4.f32 {$0, $1, $2, $3}, [$4];",
@@ -136,6 +144,15 @@ ld_global_nc_u32 = ptx_instruction(
     outputs=types.uint32,
     inputs=(types.uint64,),
     doc="``ld.global.nc.u32``: read-only path. (address: u64) -> u32.",
+)
+
+st_global_v2_u32 = ptx_instruction(
+    "st_global_v2_u32",
+    "st.global.v2.u32 [$0], {$1, $2};",
+    inputs=(types.uint64, types.UniTuple(types.uint32, 2)),
+    side_effect=True,
+    memory=True,
+    doc="``st.global.v2.u32``: (address: u64, 8-byte aligned, values: 2×u32).",
 )
 
 st_global_v4_u32 = ptx_instruction(

@@ -65,16 +65,19 @@ class Codec:
     - ``load_fresh``: as ``load`` through the coherent path (``ld.global``, not ``.nc``),
       for data the kernel itself wrote earlier (the read-only path may serve stale lines).
     - float codecs: ``unpack(words, buf, off)`` → VEC float32 into ``buf[off:]``,
-      ``pack(buf, off)`` → words4, ``decode(bits)`` / ``encode(value)`` for one element.
+      ``pack(buf, off)`` → words4, ``decode(bits)`` / ``encode(value)`` for one element;
+      ``unpack_pair`` / ``pack_pair``: the same for two words (VEC / 2 elements, one
+      8-byte load or store).
     """
 
     def __init__(self, dtype, storage, vec, unpack=None, pack=None, decode=None,
-                 encode=None):
+                 encode=None, unpack_pair=None, pack_pair=None):
         self.dtype = np.dtype(dtype)
         self.storage = storage  # numba type name used in kernel signatures
         self.vec = vec
         self.reg_vecs = max(1, REG_ELEMS // vec)  # words4 per thread on the register path
         self.unpack, self.pack, self.decode, self.encode = unpack, pack, decode, encode
+        self.unpack_pair, self.pack_pair = unpack_pair, pack_pair
         self.load, self.store, self.head, self.load_fresh = _make_io(vec, storage)
 
 
@@ -146,6 +149,17 @@ def _pack_f32(buf, off):
             f32_to_bits(buf[off + 3]))
 
 
+@device_function
+def _unpack_f32_pair(words, buf, off):
+    for k in range(2):
+        buf[off + k] = f32_from_bits(words[k])
+
+
+@device_function
+def _pack_f32_pair(buf, off):
+    return (f32_to_bits(buf[off]), f32_to_bits(buf[off + 1]))
+
+
 def _half_codec(dtype, to_f32x2, from_f32x2):
     @device_function
     def unpack(words, buf, off):
@@ -160,6 +174,17 @@ def _half_codec(dtype, to_f32x2, from_f32x2):
                 from_f32x2(buf[off + 4], buf[off + 5]), from_f32x2(buf[off + 6], buf[off + 7]))
 
     @device_function
+    def unpack_pair(words, buf, off):
+        for k in range(2):
+            lo, hi = to_f32x2(words[k])
+            buf[off + 2 * k] = lo
+            buf[off + 2 * k + 1] = hi
+
+    @device_function
+    def pack_pair(buf, off):
+        return (from_f32x2(buf[off], buf[off + 1]), from_f32x2(buf[off + 2], buf[off + 3]))
+
+    @device_function
     def decode(bits):
         return to_f32x2(uint32(bits))[0]
 
@@ -167,7 +192,7 @@ def _half_codec(dtype, to_f32x2, from_f32x2):
     def encode(value):
         return uint16(from_f32x2(value, value) & uint32(0xFFFF))
 
-    return Codec(dtype, "uint16", 8, unpack, pack, decode, encode)
+    return Codec(dtype, "uint16", 8, unpack, pack, decode, encode, unpack_pair, pack_pair)
 
 
 @device_function
@@ -177,7 +202,7 @@ def _decode_f32(bits):
 
 CODECS = {
     np.dtype(np.float32): Codec(np.float32, "uint32", 4, _unpack_f32, _pack_f32, _decode_f32,
-                                f32_to_bits),
+                                f32_to_bits, _unpack_f32_pair, _pack_f32_pair),
     np.dtype(np.float16): _half_codec(np.float16, f16x2_to_f32x2, cvt_rn_f16x2_f32),
     bfloat16: _half_codec(bfloat16, bf16x2_to_f32x2, cvt_rn_bf16x2_f32),
 }

@@ -18,10 +18,12 @@ from numba import uint64
 from kaionb.ptx_patches import (
     device_function,
     global_addr,
+    ld_global_nc_v2_u32,
     ld_global_nc_v4_f32,
     ld_global_nc_v4_u32,
     ld_global_v4_f32,
     ld_global_v4_u32,
+    st_global_v2_u32,
     st_global_v4_f32,
     st_global_v4_u32,
 )
@@ -62,6 +64,19 @@ def load_u32x4_readonly(arr, i):
 def store_u32x4(arr, i, v):
     """``arr[i:i+4] = v`` (a 4-tuple of uint32) in one st.global.v4.u32."""
     st_global_v4_u32(global_addr(arr, i), v)
+
+
+@device_function
+def load_u32x2_readonly(arr, i):
+    """Two 32-bit words (e.g. 4 packed halves) from ``arr[i:]`` through the read-only
+    path in one 8-byte load (``arr[i]`` 8-byte aligned)."""
+    return ld_global_nc_v2_u32(global_addr(arr, i))
+
+
+@device_function
+def store_u32x2(arr, i, v):
+    """``arr[i:]`` = the 8 bytes of ``v`` (a 2-tuple of uint32) in one st.global.v2.u32."""
+    st_global_v2_u32(global_addr(arr, i), v)
 
 
 @device_function
