@@ -78,6 +78,30 @@ def test_quantize_roundtrip(axis, dtype, rows, n):
 
 
 @gpu
+@pytest.mark.parametrize("axis", [None, 0, -1])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_dequantize_misaligned_rows(axis, dtype):
+    """Rows of q starting at every offset from an 8-byte boundary (a strided view at an
+    odd column) and an output view one element off 16-byte alignment: the runs at each
+    row's edges go byte by byte, the stores element by element."""
+    rng = np.random.default_rng(11)
+    base = rng.integers(-128, 128, size=(9, 1003), dtype=np.int8)
+    host = base[1::2, 3:]  # rows 2006 bytes apart: 4 rows at 4 different offsets
+    rows, n = host.shape
+    scale_shape = {None: (), 0: (rows,), -1: (n,)}[axis]
+    s = rng.uniform(0.5, 2.0, size=scale_shape).astype(np.float32)
+    q = kaionb.asarray(base)[1::2, 3:]
+    ref = dequantize_int8_ref(host, s, axis)
+    got = dequantize_int8(q, kaionb.asarray(s), axis, dtype)
+    assert_close(got, ref, dtype=dtype)
+    wide = poisoned((rows, n + 1), dtype)
+    out = wide[:, 1:]
+    assert dequantize_int8(q, kaionb.asarray(s), axis, dtype, out=out) is out
+    assert_close(out, ref, dtype=dtype)
+    assert np.isnan(np.asarray(wide.get()[:, 0], np.float32)).all()  # left untouched
+
+
+@gpu
 def test_zero_rows_and_strided():
     x = random_array((6, 300), np.float32, rng=np.random.default_rng(2))
     x[2] = 0.0
