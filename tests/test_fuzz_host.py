@@ -165,7 +165,7 @@ def stubbed_device():
         mp.setattr(STATE, "allocator", (None, 0))
         mp.setattr(STATE, "calls", None)
         mp.setattr(array, "_allocate", device.allocate)
-        mp.setattr(kaionb.kernels.matmul, "_WORKSPACES", {})
+        mp.setattr(kaionb.kernels.op, "_WORKSPACES", {})
         for name in _DRIVER_ACTIONS:
             mp.setattr(driver, name, lambda *a, name=name: device.actions.append(name) or (0,))
         mp.setattr(driver, "cuLaunchKernel",

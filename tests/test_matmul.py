@@ -13,6 +13,7 @@ from kaionb._device import compute_capability, gpu_available
 from kaionb.array import DeviceArray, bfloat16
 from kaionb.kernels import matmul as mm
 from kaionb.kernels import matmul_hopper as mh
+from kaionb.kernels import op as opmod
 from kaionb.testing import poisoned, random_array, relative_error
 
 gpu = pytest.mark.gpu
@@ -217,7 +218,7 @@ def test_decode_splits_edge_cases():
     assert mm._choose(1, 100, 40, 132, tiles, splits=7)[1:] == (1, 64)
 
 
-def test_splitk_workspace_is_cached_per_stream_and_grows(monkeypatch):
+def test_arrival_workspace_is_cached_per_stream_and_grows(monkeypatch):
     """One workspace per (device, stream), reused while it is big enough, replaced by a
     larger one (counters zeroed once, on its stream) when a launch needs more."""
     from kaionb._device import Stream
@@ -229,37 +230,37 @@ def test_splitk_workspace_is_cached_per_stream_and_grows(monkeypatch):
         allocated.append(shape[0])
         return _fake(shape, dtype)
 
-    monkeypatch.setattr(mm, "_WORKSPACES", {})
-    monkeypatch.setattr(mm, "empty", fake_empty)
-    monkeypatch.setattr(mm, "current_allocator", lambda: (None, 0))
-    monkeypatch.setattr(mm, "current_stream", lambda: streams["s"])
-    monkeypatch.setattr(mm, "_zero_u32", lambda ptr, n, h: zeroed.append((n, h)))
+    monkeypatch.setattr(opmod, "_WORKSPACES", {})
+    monkeypatch.setattr(opmod, "empty", fake_empty)
+    monkeypatch.setattr(opmod, "current_allocator", lambda: (None, 0))
+    monkeypatch.setattr(opmod, "current_stream", lambda: streams["s"])
+    monkeypatch.setattr(opmod, "_zero_u32", lambda ptr, n, h: zeroed.append((n, h)))
     capturing = {"on": False}
-    monkeypatch.setattr(mm, "is_capturing", lambda handle: capturing["on"])
-    p1, c1 = mm._splitk_workspace(1000, 10)
+    monkeypatch.setattr(opmod, "is_capturing", lambda handle: capturing["on"])
+    p1, c1 = opmod.arrival_workspace(1000, 10)
     assert p1.dtype == np.float32 and c1.dtype == np.uint32
     assert p1.nbytes >= 1000 and c1.size >= 10 and zeroed == [(c1.size, 0)]
     assert (p1.ptr - c1.ptr) == 4 * c1.size and p1.ptr % 256 == 0
-    p2, c2 = mm._splitk_workspace(500, 3)  # smaller: the same memory, no memset
+    p2, c2 = opmod.arrival_workspace(500, 3)  # smaller: the same memory, no memset
     assert (p2.ptr, c2.ptr) == (p1.ptr, c1.ptr) and len(zeroed) == 1
-    p3, c3 = mm._splitk_workspace(500, 100)  # more counters: a new buffer, never smaller
+    p3, c3 = opmod.arrival_workspace(500, 100)  # more counters: a new buffer, never smaller
     assert c3.size >= 100 and p3.nbytes >= 1000 and len(zeroed) == 2
     streams["s"] = Stream(_handle=7)  # another stream: its own workspace
-    mm._splitk_workspace(8, 1)
-    assert zeroed[-1][1] == 7 and len(mm._WORKSPACES) == 2
+    opmod.arrival_workspace(8, 1)
+    assert zeroed[-1][1] == 7 and len(opmod._WORKSPACES) == 2
     # Capturing a graph: a fresh zeroed workspace for the graph alone, never cached.
     capturing["on"] = True
-    before = dict(mm._WORKSPACES)
-    p4, c4 = mm._splitk_workspace(8, 1)
-    assert zeroed[-1][1] == 7 and len(zeroed) == 4 and mm._WORKSPACES == before
+    before = dict(opmod._WORKSPACES)
+    p4, c4 = opmod.arrival_workspace(8, 1)
+    assert zeroed[-1][1] == 7 and len(zeroed) == 4 and opmod._WORKSPACES == before
     assert allocated[-1] == allocated[-2] and p4 is not before[(0, 7)].partials
     # A stream per step: only the newest MAX_WORKSPACES streams keep theirs.
     capturing["on"] = False
-    for handle in range(100, 100 + mm.MAX_WORKSPACES):
+    for handle in range(100, 100 + opmod.MAX_WORKSPACES):
         streams["s"] = Stream(_handle=handle)
-        mm._splitk_workspace(8, 1)
-    assert len(mm._WORKSPACES) == mm.MAX_WORKSPACES and (0, 0) not in mm._WORKSPACES
-    assert (0, 99 + mm.MAX_WORKSPACES) in mm._WORKSPACES
+        opmod.arrival_workspace(8, 1)
+    assert len(opmod._WORKSPACES) == opmod.MAX_WORKSPACES and (0, 0) not in opmod._WORKSPACES
+    assert (0, 99 + opmod.MAX_WORKSPACES) in opmod._WORKSPACES
 
 
 def test_forced_tile_must_have_a_kernel(monkeypatch):
@@ -486,7 +487,7 @@ def test_workspace_reuse_across_shapes_and_streams():
         a, b = random_array((m, k), F16, rng=rng), random_array((k, n), F16, rng=rng)
         cases.append((kaionb.asarray(a), kaionb.asarray(b), mm.matmul_ref(a, b),
                       poisoned((m, n), np.float32)))
-    mm._WORKSPACES.clear()
+    opmod._WORKSPACES.clear()
     for da, db, _, out in cases:  # queued back to back, checked after
         mm.matmul_fwd("t", da, db, out=out, prefer_wgmma=False)
     kaionb.current_stream().synchronize()  # the side stream does not wait for this one
@@ -495,14 +496,14 @@ def test_workspace_reuse_across_shapes_and_streams():
         side_out = poisoned(cases[0][3].shape, np.float32)
         mm.matmul_fwd("t", cases[0][0], cases[0][1], out=side_out, prefer_wgmma=False)
     side.synchronize()
-    assert len(mm._WORKSPACES) == 2
+    assert len(opmod._WORKSPACES) == 2
     for (m, n, k), (_, _, ref, out) in zip(shapes, cases):
         got = out.get()
         assert np.isfinite(got).all(), (m, n, k)
         assert relative_error(got, ref) < TOL[F16], (m, n, k)
     assert np.array_equal(side_out.get(), cases[0][3].get())
     # Every counter is back at zero.
-    for ws in mm._WORKSPACES.values():
+    for ws in opmod._WORKSPACES.values():
         assert not ws.counters.get().any()
 
 

@@ -23,6 +23,7 @@ from kaionb._device import STATE
 from kaionb.kernels import launch
 from kaionb.kernels import matmul as mm
 from kaionb.kernels import matmul_int8 as mi8
+from kaionb.kernels import op
 from kaionb.testing import metadata_array
 
 H100 = ((9, 0), 132)
@@ -91,7 +92,7 @@ def dry_run(monkeypatch):
     tensor_map = lambda storage, ld, box_rows: metadata_array((128,), np.uint8)  # noqa: E731
     for module in (_tensor_map, rc.mh):
         monkeypatch.setattr(module, "tensor_map_2d", tensor_map)
-    for module, name in ((mm, "_HOPPER_PLANS"), (mm, "_WORKSPACES"), (mi8, "_HOPPER_PLANS")):
+    for module, name in ((mm, "_HOPPER_PLANS"), (op, "_WORKSPACES"), (mi8, "_HOPPER_PLANS")):
         monkeypatch.setattr(module, name, {})
     saved = STATE.calls
 

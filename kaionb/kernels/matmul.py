@@ -28,20 +28,12 @@ with no unit stride.
 from __future__ import annotations
 
 import math
-import threading
 from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, int32
 
-from .._device import (
-    check_driver,
-    compute_capability,
-    current_allocator,
-    current_stream,
-    is_capturing,
-    multiprocessor_count,
-)
+from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
 from ..array import DeviceArray, bfloat16, empty, register_kernel
 from ..grad import record
@@ -61,7 +53,7 @@ from .helpers.epilogue import SCALE_NONE
 from .helpers.gemm_block import make_gemm_block
 from .helpers.mma_pipeline import OPERANDS
 from .launch import kernel
-from .op import fast_path, workspace
+from .op import arrival_workspace, fast_path, workspace
 
 # -- tuning constants ------------------------------------------------------------------------
 
@@ -523,62 +515,9 @@ def _run_mma(plan: _MmaLaunch) -> None:
     """Launch a planned mma.sync kernel on the current stream (with its workspace)."""
     args = plan.args
     if plan.ws_bytes:
-        args = args[:4] + workspace(_splitk_workspace, plan.ws_bytes, plan.n_counters) + \
+        args = args[:4] + workspace(arrival_workspace, plan.ws_bytes, plan.n_counters) + \
             args[6:]
     plan.kernel(plan.grid, (plan.threads,), args, shared_mem=plan.shared_bytes)
-
-
-class _Workspace(NamedTuple):
-    partials: DeviceArray  # f32
-    counters: DeviceArray  # uint32, zero between launches
-    buffer: DeviceArray  # owns both
-
-
-# Split-K workspaces, one per (device, stream handle): kernels on one stream run one after
-# another, and each leaves its counters at 0, so the next reuses the memory without a memset.
-# At most MAX_WORKSPACES streams keep one (the oldest made goes first: a program that makes a
-# stream per step would otherwise keep a buffer per stream it ever used); a dropped one is
-# freed in its stream's order, after the launches queued on it.
-MAX_WORKSPACES = 16
-_WORKSPACES: dict[tuple, _Workspace] = {}
-_WORKSPACES_LOCK = threading.Lock()  # streams are per thread, the cache is the process's
-
-
-def _splitk_workspace(nbytes_partials: int, n_counters: int):
-    """(f32 partials of at least ``nbytes_partials`` bytes, ``n_counters`` or more uint32
-    arrival counters, all zero) for a split-K launch on the current stream. Grows as
-    needed; a new buffer's counters are zeroed on the stream (the old buffer is freed in
-    stream order, after the launches queued on it)."""
-    stream = current_stream()
-    device = current_allocator()[1]
-    capturing = is_capturing(stream.handle)
-    ws = None if capturing else _WORKSPACES.get((device, stream.handle))
-    if ws is None or ws.partials.nbytes < nbytes_partials or ws.counters.size < n_counters:
-        if ws is not None:
-            nbytes_partials = max(nbytes_partials, ws.partials.nbytes)
-            n_counters = max(n_counters, ws.counters.size)
-        n_counters = -(-n_counters // 64) * 64  # 256-byte aligned partials
-        nbytes_partials = -(-nbytes_partials // 256) * 256
-        buffer = empty((4 * n_counters + nbytes_partials,), np.uint8)
-        _zero_u32(buffer.ptr, n_counters, stream.handle)
-        ws = _Workspace(buffer._view((nbytes_partials // 4,), (4,), 4 * n_counters, _F32),
-                        buffer._view((n_counters,), (4,), 0, _U32), buffer)
-        # Under capture the workspace is the graph's own (allocated and zeroed in it, freed
-        # when the call's views die): a cached one would be shared with eager calls.
-        if not capturing:
-            with _WORKSPACES_LOCK:
-                _WORKSPACES.pop((device, stream.handle), None)
-                if len(_WORKSPACES) >= MAX_WORKSPACES:
-                    del _WORKSPACES[next(iter(_WORKSPACES))]
-                _WORKSPACES[(device, stream.handle)] = ws
-    return ws.partials, ws.counters
-
-
-def _zero_u32(ptr: int, count: int, stream_handle: int) -> None:
-    from cuda.bindings import driver
-
-    (err,) = driver.cuMemsetD32Async(ptr, 0, count, stream_handle)
-    check_driver(err, "matmul split-K workspace: cuMemsetD32Async")
 
 
 def _copy_transposed(x3: DeviceArray, kmajor: bool):

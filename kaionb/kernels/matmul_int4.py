@@ -43,9 +43,10 @@ from .helpers.int4 import (
     word_dequantizer,
 )
 from .launch import kernel
-from .matmul import _OUT_KIND, _output, _splitk_workspace, matmul_fwd
+from .matmul import _OUT_KIND, _output, matmul_fwd
 from .matmul_int8 import _qkv_outputs
-from .op import C_CONTIGUOUS, Plan, device_guard, fast_path, output, workspace
+from .op import (C_CONTIGUOUS, Plan, arrival_workspace, device_guard, fast_path, output,
+                 workspace)
 
 _ACT_DTYPES = (np.dtype(np.float16), bfloat16)
 _ACT = {np.dtype(np.float16): "f16", bfloat16: "bf16"}
@@ -670,7 +671,7 @@ def _stream_launch(x2: DeviceArray, weights: list, outs: list) -> None:
     ld = x2.strides[0] // 2
     x_vec = int(x2.ptr % 16 == 0 and ld % 8 == 0 and k % 8 == 0)
     if splits > 1:
-        ws, counters = workspace(_splitk_workspace, n_blocks * m_blocks * splits * bm * block_n
+        ws, counters = workspace(arrival_workspace, n_blocks * m_blocks * splits * bm * block_n
                                  * 4, n_blocks * m_blocks)
     else:
         ws, counters = _nothing(x2, (0,), _F32), _nothing(x2, (0,), _U32)

@@ -61,11 +61,10 @@ from .matmul import (
     _copy_transposed,
     _launch_mma,
     _output,
-    _splitk_workspace,
     output_pair,
     plan_operands,
 )
-from .op import C_CONTIGUOUS, Plan, fast_path, outputs, workspace
+from .op import C_CONTIGUOUS, Plan, arrival_workspace, fast_path, outputs, workspace
 from .quantize import quantize_int8, quantize_int8_ref
 
 _INT8, _F32 = (np.dtype(np.int8),), np.dtype(np.float32)
@@ -517,13 +516,13 @@ def _qkv_launch(op, x2, fused, sx, weights, widths, scales, biases, outs, sms) -
         ldq = -(-hidden // 16) * 16
         xq_at = -(-ws_bytes // 256) * 256
         sa_at = xq_at + -(-(m * ldq) // 256) * 256
-        partials, counters = workspace(_splitk_workspace, sa_at + 4 * m, n_counters)
+        partials, counters = workspace(arrival_workspace, sa_at + 4 * m, n_counters)
         xq = partials._view((1, m, hidden), (m * ldq, ldq, 1), xq_at, _INT8[0])
         sa, sa_mode, lda, xf = partials._view((m,), (4,), sa_at), SCALE_VECTOR, ldq, x2
         alpha_x = 1.0
     else:
         if ws_bytes:
-            partials, counters = workspace(_splitk_workspace, ws_bytes, n_counters)
+            partials, counters = workspace(arrival_workspace, ws_bytes, n_counters)
         else:
             partials, counters = nothing, outs[0]._view((0,), (4,), dtype=_U32)
         xq, lda = parts[0].a, parts[0].lda

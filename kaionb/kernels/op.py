@@ -43,6 +43,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -51,9 +52,11 @@ from .. import _device
 from .._device import (
     STATE,
     check_driver,
+    current_allocator,
     current_ordinal,
     current_stream,
     enter_device,
+    is_capturing,
     leave_device,
     pointer_device,
 )
@@ -62,7 +65,8 @@ from ..grad.record import record
 from ..validation import as_out, check_contiguous, check_out, fail
 from .launch import CompiledKernel, KernelDef
 
-__all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "call_device",
+__all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "arrival_workspace",
+           "call_device",
            "device_guard", "fast_path", "output", "outputs", "record", "run", "workspace"]
 
 # Layouts an output may be required to have: what the op's kernel can write.
@@ -382,6 +386,61 @@ def _record(fwd, args, kwargs, arrays, replays, key):
             del replays[next(iter(replays))]  # the oldest
         replays[key] = _NOT_RECORDED if replay is None else replay
     return result
+
+
+class _Workspace(NamedTuple):
+    partials: DeviceArray  # f32 (a kernel may view the bytes as another type)
+    counters: DeviceArray  # uint32, zero between launches
+    buffer: DeviceArray  # owns both
+
+
+# Arrival workspaces, one per (device, stream handle): kernels on one stream run one after
+# another, and each leaves its counters at 0, so the next reuses the memory without a memset.
+# At most MAX_WORKSPACES streams keep one (the oldest made goes first: a program that makes a
+# stream per step would otherwise keep a buffer per stream it ever used); a dropped one is
+# freed in its stream's order, after the launches queued on it.
+MAX_WORKSPACES = 16
+_WORKSPACES: dict[tuple, _Workspace] = {}
+_WORKSPACES_LOCK = threading.Lock()  # streams are per thread, the cache is the process's
+
+
+def arrival_workspace(nbytes_partials: int, n_counters: int):
+    """(f32 partials of at least ``nbytes_partials`` bytes, ``n_counters`` or more uint32
+    arrival counters, all zero) for a launch on the current stream whose last block to
+    arrive folds the others' partials (split-K matmul, split reductions). Grows as
+    needed; a new buffer's counters are zeroed on the stream (the old buffer is freed in
+    stream order, after the launches queued on it)."""
+    stream = current_stream()
+    device = current_allocator()[1]
+    capturing = is_capturing(stream.handle)
+    ws = None if capturing else _WORKSPACES.get((device, stream.handle))
+    if ws is None or ws.partials.nbytes < nbytes_partials or ws.counters.size < n_counters:
+        if ws is not None:
+            nbytes_partials = max(nbytes_partials, ws.partials.nbytes)
+            n_counters = max(n_counters, ws.counters.size)
+        n_counters = -(-n_counters // 64) * 64  # 256-byte aligned partials
+        nbytes_partials = -(-nbytes_partials // 256) * 256
+        buffer = empty((4 * n_counters + nbytes_partials,), np.uint8)
+        _zero_u32(buffer.ptr, n_counters, stream.handle)
+        ws = _Workspace(buffer._view((nbytes_partials // 4,), (4,), 4 * n_counters,
+                                     np.dtype(np.float32)),
+                        buffer._view((n_counters,), (4,), 0, np.dtype(np.uint32)), buffer)
+        # Under capture the workspace is the graph's own (allocated and zeroed in it, freed
+        # when the call's views die): a cached one would be shared with eager calls.
+        if not capturing:
+            with _WORKSPACES_LOCK:
+                _WORKSPACES.pop((device, stream.handle), None)
+                if len(_WORKSPACES) >= MAX_WORKSPACES:
+                    del _WORKSPACES[next(iter(_WORKSPACES))]
+                _WORKSPACES[(device, stream.handle)] = ws
+    return ws.partials, ws.counters
+
+
+def _zero_u32(ptr: int, count: int, stream_handle: int) -> None:
+    from cuda.bindings import driver
+
+    (err,) = driver.cuMemsetD32Async(ptr, 0, count, stream_handle)
+    check_driver(err, "arrival workspace: cuMemsetD32Async")
 
 
 def workspace(provide, *args):

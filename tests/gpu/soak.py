@@ -142,13 +142,13 @@ def cache_sizes() -> dict:
         # registry: count the loaded kernels themselves
         "loaded_kernels": sum(type(o) is launch.CompiledKernel for o in gc.get_objects()),
         "hopper_plans": len(matmul._HOPPER_PLANS) + len(matmul_int8._HOPPER_PLANS),
-        "splitk_workspaces": len(matmul._WORKSPACES),
+        "arrival_workspaces": len(op._WORKSPACES),
     }
 
 
 CACHE_BOUNDS = {"replays": op.MAX_REPLAYS_PER_THREAD,
                 "hopper_plans": matmul.HOPPER_PLAN_CACHE + matmul_int8.HOPPER_PLAN_CACHE,
-                "splitk_workspaces": matmul.MAX_WORKSPACES}
+                "arrival_workspaces": op.MAX_WORKSPACES}
 
 
 def sample(done: int, started: float) -> dict:
