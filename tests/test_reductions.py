@@ -285,10 +285,15 @@ def test_plan_grid(kind, shape, itemsize):
     else:
         assert blocks == o_size * -(-i_size // bx)
     assert chunks >= 1 and chunks <= 65535
-    if chunks > 1:  # every chunk non-empty, together exactly R, at most one wave
-        assert plan.chunk % 16 == 0
+    if chunks > 1:  # every chunk non-empty, together exactly R; columns in one wave, rows
+        # in ROW_SPLIT_WAVES of whole tiles (a load of every thread)
         assert (chunks - 1) * plan.chunk < r_size <= chunks * plan.chunk
-        assert blocks * chunks <= sms * red.BLOCKS_PER_SM
+        if kind == "row":
+            assert plan.chunk % (bx * 16 // itemsize * red.ROW_LOADS) == 0
+            assert blocks * chunks <= sms * red.BLOCKS_PER_SM * red.ROW_SPLIT_WAVES
+        else:
+            assert plan.chunk % 16 == 0
+            assert blocks * chunks <= sms * red.BLOCKS_PER_SM
     else:
         assert plan.chunk == r_size
     unsplit = red.plan_grid(kind, shape, itemsize, sms, split=False)
@@ -309,8 +314,10 @@ def test_column_words_need_whole_aligned_words():
 
 
 def test_plan_grid_splits_few_long_reductions_only():
-    assert red.plan_grid("row", (1, 1 << 28, 1), 4, 132).grid == (1, 132 * red.BLOCKS_PER_SM)
-    assert red.plan_grid("row", (1, 1 << 28, 1), 4, 132, 5).grid == (1, 132 * 5)
+    # 4 waves of 16 KB tiles: 2^28 / (4 · 132 · 8) = 63551.03 elements → 16 tiles of 4096
+    assert red.plan_grid("row", (1, 1 << 28, 1), 4, 132).grid == (1, 4096)
+    assert red.plan_grid("row", (1, 1 << 28, 1), 4, 132, 5).grid == (1, 2622)  # 24.8 → 25 tiles
+    assert red.plan_grid("row", (1, 1 << 28, 1), 4, 132, row_waves=1).grid == (1, 1041)
     assert red.plan_grid("col", (1, 8192, 8192), 4, 132).grid == (256, 4)
     assert red.plan_grid("colv", (1, 8192, 8192), 4, 132).grid == (64, 16)
     assert red.plan_grid("row", (8192, 8192, 1), 4, 132).grid == (8192, 1)
@@ -576,6 +583,40 @@ def test_columns_read_in_words(dtype, ops, kernels_run):
     kernels_run.clear()
     check("sum" if dtype != np.bool_ else "any", tall, 0, view=lambda a: a[:, 1:])
     assert not any("_colv" in k for k in kernels_run), kernels_run
+
+
+@gpu
+@pytest.mark.parametrize("dtype, ops", [(np.float32, ["sum", "max", "argmax", "var"]),
+                                        (np.float16, ["mean", "argmin", "std"]),
+                                        (np.int8, ["sum", "any", "min"])],
+                         ids=["float32", "float16", "int8"])
+def test_rows_split_fold_in_one_launch(dtype, ops, kernels_run):
+    """Rows cut in chunks (few outputs): the last chunk of each row to finish merges the
+    row's partials in the same launch — a block per chunk (one long row, three rows, a
+    start one element in) and a warp per chunk (1000 rows of 8 KB). Repeats give the same
+    bits, and every arrival counter is back at zero."""
+    from kaionb.kernels import op as opmod
+
+    rng = np.random.default_rng(19)
+    cases = [(_sample("sum", dtype, ((1 << 20) + 3,), rng), None, None),
+             (_sample("sum", dtype, (3, 300_001), rng), 1, None),
+             (_sample("sum", dtype, ((1 << 20) + 3,), rng), None, lambda a: a[1:]),
+             (_sample("sum", dtype, (1000, 8192 // np.dtype(dtype).itemsize), rng), 1, None)]
+    for op in ops:
+        for host, axis, view in cases:
+            if op in ARG_OPS:  # integers small: ties across chunks
+                host = _sample(op, dtype, host.shape, rng)
+            kernels_run.clear()
+            got = check(op, host, axis, view=view)
+            stages = 2 if op in ("var", "std") else 1  # the mean, then the squares
+            assert len(kernels_run) == stages, (op, host.shape, kernels_run)
+            assert all("_row_fold_" in k for k in kernels_run), (op, kernels_run)
+            again = getattr(red, op)((view or (lambda a: a))(kaionb.asarray(host)), axis)
+            assert got.get().tobytes() == again.get().tobytes(), (op, host.shape)
+    kaionb.current_stream().synchronize()
+    assert opmod._WORKSPACES
+    for ws in opmod._WORKSPACES.values():
+        assert not ws.counters.get().any()
 
 
 @gpu

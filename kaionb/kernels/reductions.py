@@ -37,13 +37,22 @@ layouts:
   docs/performance.md).
 
 When the outputs alone give fewer than half a wave of blocks, R is cut into S chunks
-(grid.y), S chosen so that stage 1 is one wave of resident blocks (the driver's occupancy
-of the partial kernel): stage 1 (``*_partial`` variants) writes each chunk's accumulator
-to partials laid out (O, S, I) in the accumulator type (and, for argmax/argmin, the
-winner's index); stage 2 (``*_merge``) reduces the partials with the same kernels, S
-taking R's place. var/std run the mean (into a workspace in the accumulator type) and
-then the sum of squared deviations, which reads the mean of its output element as an
-extra input.
+(grid.y), each a block's (or, for short rows, a warp's) share, sized by the driver's
+occupancy of the stage-1 kernel. Each chunk's accumulator (and, for argmax/argmin, the
+winner's index) goes to partials in the accumulator type:
+
+- ``row_fold`` (rows): ``ROW_SPLIT_WAVES`` waves of chunks of whole tiles (argmax and
+  argmin, bound by their compares: one wave). A chunk writes its partial to an arrival
+  workspace (``op.arrival_workspace``, cached per stream), fences, and counts itself in
+  at its row's counter; the last chunk of the row
+  to arrive merges the row's S partials — the same threads the same partials whichever
+  chunk is last, so the result is the same bits every run — writes the output and resets
+  the counter to 0. One launch.
+- columns (``*_partial``, one wave): the partials laid out (S, O, I) in a fresh array, and
+  a second launch (``*_merge``) reduces them with the same kernels, S taking R's place.
+
+var/std run the mean (into a workspace in the accumulator type) and then the sum of
+squared deviations, which reads the mean of its output element as an extra input.
 
 Accumulators: float32 for float16/bfloat16/float32 (halves decode to float32, encode back
 to nearest even at the end), float64 for float64 and for int/bool means and variances,
@@ -91,9 +100,9 @@ from .helpers.dtypes import (
     storage,
     word_codec,
 )
-from .helpers.reduce import block_pair_reducer, warp_pair_reducer
+from .helpers.reduce import FULL_MASK, block_pair_reducer, warp_pair_reducer
 from .launch import kernel, kernel_family
-from .op import C_CONTIGUOUS, Plan, fast_path, output, record, run
+from .op import C_CONTIGUOUS, Plan, arrival_workspace, fast_path, output, record, run, workspace
 
 THREADS = 256
 WARPS = THREADS // 32
@@ -115,6 +124,11 @@ MIN_ROW_BYTES = 128
 # Blocks of 256 threads resident per SM at full occupancy (2048 threads): the wave that
 # decides whether R is split.
 BLOCKS_PER_SM = 8
+# A split row reduction runs this many waves of chunks (2^28 float32, H100, chunks of whole
+# 16 KB tiles folded in one launch, 1 / 2 / 4 / 6 waves: sum 360.9 / 359.9 / 355.0 / 355.5
+# µs, max 362.9 / 361.5 / 355.2 / 356.9). argmax/argmin, bound by their index compares
+# rather than by memory, run one wave (400 / 404 / 411 / 417 µs).
+ROW_SPLIT_WAVES = 4
 INDEX_NONE = int(np.iinfo(np.int64).max)  # an accumulator that has seen no element yet
 
 _ARG_OPS = ("argmax", "argmin")
@@ -128,8 +142,8 @@ _EMPTY_ERRORS = {
     "argmax": "attempt to get argmax of an empty sequence",
     "argmin": "attempt to get argmin of an empty sequence",
 }
-VARIANTS = ("row", "col", "colv", "row_partial", "col_partial", "colv_partial", "row_merge",
-            "col_merge", "colv_merge")
+VARIANTS = ("row", "row_fold", "col", "colv", "col_partial", "colv_partial", "col_merge",
+            "colv_merge")
 
 
 # -- dtypes ----------------------------------------------------------------------------------
@@ -347,6 +361,7 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
     is_arg = op in _ARG_OPS
     CENTERED = op in ("var", "std") and not merging
     PARTIAL = stage == "partial"
+    FOLD = stage == "fold"  # rows in chunks, the last block of a row merging its partials
     ARG_FINAL = is_arg and not PARTIAL
     ARG_INDICES = is_arg and merging  # indices come from xi, not the position along R
     ITEMSIZE = in_dt.itemsize
@@ -365,16 +380,14 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
     # values alone cannot give: it takes the element-wise path.
     VECTORS = not ARG_INDICES
 
-    @device_function
-    def index_of(xi, o, r, i):
-        return xi[o, r, i] if ARG_INDICES else r
-
-    def element_walker(LOADS):
+    def element_walker(LOADS, element=element, raw_type=stored_type, INDEXED=ARG_INDICES):
+        """walk_elements over elements stored as ``raw_type``, mapped by ``element``;
+        ``INDEXED``: each element's index comes from xi (partials), not its position r."""
         @device_function
         def walk_elements(x, xi, o, i, first, end, step, m, av, ai):
             """Merge x[o, r, i] for r = first, first + step, ... < end into the LOADS
             accumulators, the LOADS loads of a step issued before any is used."""
-            raw = cuda.local.array(LOADS, stored_type)
+            raw = cuda.local.array(LOADS, raw_type)
             for r in range(first, end, LOADS * step):
                 for u in range(LOADS):
                     if r + u * step < end:
@@ -382,7 +395,8 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
                 for u in range(LOADS):
                     ru = r + u * step
                     if ru < end:
-                        v, j = merge(av[u], ai[u], element(raw[u], m), index_of(xi, o, ru, i))
+                        v, j = merge(av[u], ai[u], element(raw[u], m),
+                                     xi[o, ru, i] if INDEXED else ru)
                         av[u] = v
                         ai[u] = j
 
@@ -436,30 +450,19 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
 
     signature = (f"void({storage(in_dt)}[:, :, :], int64[:, :, :], {storage(acc_dt)}[:, :], "
                  f"{storage(out_dt)}[:, :, :], int64[:, :, :], int64, float64)")
+    fold_signature = (f"void({storage(in_dt)}[:, :, :], int64[:, :, :], {storage(acc_dt)}[:, :], "
+                      f"{storage(out_dt)}[:, :, :], {storage(acc_dt)}[:, :, :], "
+                      "int64[:, :, :], uint32[:], int64, float64)")
     name = f"_reduce_{op}_fwd_kernel_{variant}_{in_dt.name}_{acc_dt.name}_{out_dt.name}"
 
     if layout == "row":
         walk_elements = element_walker(ROW_LOADS)
         start, merged = accumulators(ROW_LOADS)
 
-        @kernel([signature], name=name, registered=False, launch_bounds=THREADS)
-        def _reduce_rows_fwd_kernel(x, xi, mean, out, out_i, chunk, divisor):
-            sv = cuda.shared.array(WARPS, acc_type)
-            si = cuda.shared.array(WARPS, int64)
-            av = cuda.local.array(ROW_LOADS, acc_type)
-            ai = cuda.local.array(ROW_LOADS, int64)
-            t = int32(cuda.threadIdx.x)
-            T = int32(cuda.blockDim.x)  # threads per row: 32, or the whole block
-            row = int64(cuda.blockIdx.x) * cuda.blockDim.y + cuda.threadIdx.y
-            if row >= x.shape[0] * x.shape[2]:  # whole warps (a warp per row), no barrier
-                return
-            o = row // x.shape[2]
-            i = row - o * x.shape[2]
-            s = int64(cuda.blockIdx.y)
-            r0 = s * chunk
-            n = x.shape[1] - r0
-            if n > chunk:
-                n = chunk
+        @device_function
+        def row_part(x, xi, mean, o, i, r0, n, t, T, av, ai):
+            """This thread's (value, index) over its share of x[o, r0 : r0 + n, i], which
+            T threads (t = 0 .. T − 1) read together."""
             m = mean[o, i] if CENTERED else acc_type(0)
             start(av, ai)
             p0 = global_addr(x, (o, r0, i))
@@ -482,15 +485,91 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
                 walk_vectors(p0 + uint64(head * ITEMSIZE), t, vectors, T, r0 + head, m, av, ai)
             else:
                 walk_elements(x, xi, o, i, r0 + t, r0 + n, T, m, av, ai)
-            v, idx = merged(av, ai)
-            if T > 32:  # one row per block (blockDim.y == 1): every thread gets here
-                v, idx = block_reduce(v, idx, 1, sv, si)
-            else:
-                v, idx = warp_reduce(v, idx, 1)
-            if t == 0:
-                store(out, out_i, o, s, i, v, idx, divisor)
+            return merged(av, ai)
 
-        return _reduce_rows_fwd_kernel
+        @device_function
+        def group_reduce(v, idx, T, sv, si):
+            """Merge the T threads of a row: its warp, or (T > 32) the whole block."""
+            if T > 32:  # one row per block (blockDim.y == 1): every thread gets here
+                return block_reduce(v, idx, 1, sv, si)
+            return warp_reduce(v, idx, 1)
+
+        if not FOLD:
+            @kernel([signature], name=name, registered=False, launch_bounds=THREADS)
+            def _reduce_rows_fwd_kernel(x, xi, mean, out, out_i, chunk, divisor):
+                sv = cuda.shared.array(WARPS, acc_type)
+                si = cuda.shared.array(WARPS, int64)
+                av = cuda.local.array(ROW_LOADS, acc_type)
+                ai = cuda.local.array(ROW_LOADS, int64)
+                t = int32(cuda.threadIdx.x)
+                T = int32(cuda.blockDim.x)  # threads per row: 32, or the whole block
+                row = int64(cuda.blockIdx.x) * cuda.blockDim.y + cuda.threadIdx.y
+                if row >= x.shape[0] * x.shape[2]:  # whole warps (a warp per row), no barrier
+                    return
+                o = row // x.shape[2]
+                i = row - o * x.shape[2]
+                v, idx = row_part(x, xi, mean, o, i, 0, x.shape[1], t, T, av, ai)
+                v, idx = group_reduce(v, idx, T, sv, si)
+                if t == 0:
+                    store(out, out_i, o, 0, i, v, idx, divisor)
+
+            return _reduce_rows_fwd_kernel
+
+        walk_partials = element_walker(ROW_LOADS, _element(op, acc_dt, acc_dt, acc_dt, True),
+                                       compute_type(np.dtype(storage(acc_dt))), is_arg)
+
+        @kernel([fold_signature], name=name, registered=False, launch_bounds=THREADS)
+        def _reduce_rows_fold_fwd_kernel(x, xi, mean, out, parts, parts_i, counters, chunk,
+                                         divisor):
+            sv = cuda.shared.array(WARPS, acc_type)
+            si = cuda.shared.array(WARPS, int64)
+            av = cuda.local.array(ROW_LOADS, acc_type)
+            ai = cuda.local.array(ROW_LOADS, int64)
+            t = int32(cuda.threadIdx.x)
+            T = int32(cuda.blockDim.x)
+            row = int64(cuda.blockIdx.x) * cuda.blockDim.y + cuda.threadIdx.y
+            if row >= x.shape[0] * x.shape[2]:
+                return
+            o = row // x.shape[2]
+            i = row - o * x.shape[2]
+            s = int64(cuda.blockIdx.y)
+            chunks = int64(cuda.gridDim.y)
+            r0 = s * chunk
+            n = x.shape[1] - r0
+            if n > chunk:
+                n = chunk
+            v, idx = row_part(x, xi, mean, o, i, r0, n, t, T, av, ai)
+            v, idx = group_reduce(v, idx, T, sv, si)
+            last = int32(0)
+            if t == 0:
+                parts[row, s, 0] = v
+                if is_arg:
+                    parts_i[row, s, 0] = idx
+                # Release: the partial is visible GPU-wide before its arrival is counted.
+                cuda.threadfence()
+                arrived = cuda.atomic.add(counters, row, uint32(1))
+                last = int32(arrived == uint32(chunks - 1))
+                if last != 0:
+                    counters[row] = uint32(0)  # every chunk is in: ready for the next launch
+            if T > 32:
+                last = cuda.syncthreads_or(last)
+            else:
+                last = cuda.shfl_sync(FULL_MASK, last, 0)
+            if last == 0:
+                return
+            cuda.threadfence()  # acquire: the other chunks' partials, not stale copies
+            # The same threads merge the same partials, whichever block is last: the same bits.
+            start(av, ai)
+            walk_partials(parts, parts_i, row, 0, t, chunks, T, acc_type(0), av, ai)
+            v, idx = merged(av, ai)
+            v, idx = group_reduce(v, idx, T, sv, si)
+            if t == 0:
+                if is_arg:
+                    out[o, 0, i] = idx
+                else:
+                    out[o, 0, i] = finish(v, divisor)
+
+        return _reduce_rows_fold_fwd_kernel
 
     if layout == "colv":
         get = word_codec(in_dt)[0]
@@ -605,18 +684,18 @@ def _stage_kernel(op: str, in_dt, variant: str, requested=None):
 # (op, input dtype, variant): every op, every input dtype and every variant at least once,
 # each accumulator kind and the 16-byte unpacking of each element size (row variants).
 _SAMPLES = (
-    ("sum", "float32", "row"), ("sum", "float32", "row_partial"),
-    ("sum", "float32", "row_merge"), ("sum", "float16", "col"), ("sum", "bfloat16", "row"),
+    ("sum", "float32", "row"), ("sum", "float32", "row_fold"),
+    ("sum", "float32", "col_merge"), ("sum", "float16", "col"), ("sum", "bfloat16", "row"),
     ("sum", "int8", "row"), ("sum", "uint16", "row"), ("sum", "bool", "col_partial"),
     ("prod", "int32", "row"), ("prod", "float64", "col"),
-    ("mean", "float64", "row_partial"), ("mean", "int16", "col_merge"),
+    ("mean", "float64", "row_fold"), ("mean", "int16", "col_merge"),
     ("max", "float32", "row"), ("max", "uint64", "row"), ("max", "bool", "col"),
-    ("min", "int64", "col"), ("min", "uint32", "row_partial"),
-    ("argmax", "float32", "row"), ("argmax", "float16", "row_partial"),
-    ("argmax", "float16", "row_merge"), ("argmax", "int16", "col"),
+    ("min", "int64", "col"), ("min", "uint32", "row_fold"),
+    ("argmax", "float32", "row"), ("argmax", "float16", "row_fold"),
+    ("argmax", "float16", "col_merge"), ("argmax", "int16", "col"),
     ("argmin", "float64", "row"), ("argmin", "uint8", "col_partial"),
     ("argmin", "uint8", "col_merge"),
-    ("var", "float32", "row"), ("var", "bfloat16", "col_partial"), ("var", "int8", "row_merge"),
+    ("var", "float32", "row"), ("var", "bfloat16", "col_partial"), ("var", "int8", "row_fold"),
     ("std", "float16", "row"), ("std", "uint64", "col"),
     ("any", "float32", "row"), ("any", "uint16", "col"),
     ("all", "bool", "row"), ("all", "int32", "col_merge"),
@@ -767,37 +846,41 @@ class GridPlan(NamedTuple):
 
 
 def plan_grid(kind: str, shape: tuple, itemsize: int, sms: int,
-              resident: int = BLOCKS_PER_SM, *, split=True) -> GridPlan:
+              resident: int = BLOCKS_PER_SM, *, split=True,
+              row_waves: int = ROW_SPLIT_WAVES) -> GridPlan:
     """Block shape, grid and R-chunk for a [O, R, I] reduction (module doc). R is split
     only when the outputs give fewer than half a wave of blocks (``sms`` SMs, ``resident``
-    blocks each), into at most one wave — every block resident at once, so none is left
-    to run alone at the end — each chunk still several loads per thread."""
+    blocks each), each chunk still several loads per thread: columns into at most one wave
+    — every block resident at once, so none is left to run alone at the end — rows into
+    ``row_waves`` waves of chunks of whole tiles (a tile: one load of every thread)."""
     o_size, r_size, i_size = shape
     if kind == "row":
         rows = o_size * i_size
         warp_rows = r_size * itemsize <= WARP_ROW_BYTES and rows >= 4 * sms
         block = (32, THREADS // 32) if warp_rows else (THREADS, 1)
         blocks = -(-rows // block[1])
-        min_chunk = block[0] * (16 // itemsize) * ROW_LOADS * 2
+        align = block[0] * (16 // itemsize) * ROW_LOADS
+        min_chunk = 2 * align
+        waves = row_waves
     elif kind == "colv":
         words = i_size * itemsize // 16
         tx = 32 if words >= 32 else 1 << (words - 1).bit_length()
         block = (tx, THREADS // tx)
         blocks = o_size * -(-words // tx)
-        min_chunk = block[1] * COLV_LOADS * 2
+        min_chunk, align, waves = block[1] * COLV_LOADS * 2, 16, 1
     else:
         tx = 32 if i_size >= 32 else 1 << (i_size - 1).bit_length()
         block = (tx, THREADS // tx)
         blocks = o_size * -(-i_size // tx)
-        min_chunk = block[1] * COL_LOADS * 2
+        min_chunk, align, waves = block[1] * COL_LOADS * 2, 16, 1
     wave = sms * resident
     chunks = 1
     if split and 2 * blocks <= wave:
-        chunks = builtins.max(1, builtins.min(wave // blocks, r_size // min_chunk))
+        chunks = builtins.max(1, builtins.min(waves * wave // blocks, r_size // min_chunk))
     chunk = r_size
     if chunks > 1:
         chunk = -(-r_size // chunks)
-        chunk += -chunk % 16  # chunks start 16-byte aligned when the row does
+        chunk += -chunk % align  # chunks start 16-byte aligned (rows: a tile) when R does
         chunks = -(-r_size // chunk)
     return GridPlan(block, (blocks, chunks), chunk)
 
@@ -832,42 +915,51 @@ def _column_words(x3: DeviceArray) -> bool:
 
 
 def _reduce_stages(op, x3, out3, kind, acc_dt, divisor, mean=None):
-    """out3[o, 0, i] = the reduction of x3[o, :, i]: one launch, or stage 1 into partials
-    (O, S, I) and stage 2 over them."""
+    """out3[o, 0, i] = the reduction of x3[o, :, i]: one launch; for R split in chunks,
+    rows fold their partials in the same launch, columns write them for a second."""
     if kind == "col" and _column_words(x3):
         kind = "colv"
     device = x3.device_id
     sms = multiprocessor_count(device)
     no_index = _nothing(np.dtype(np.int64), 3, device)
     mean = _nothing(acc_dt, 2, device) if mean is None else mean
-    plan = plan_grid(kind, x3.shape, x3.itemsize, sms)
-    if plan.grid[1] > 1:  # worth a split at full occupancy: size it to the real one
-        partial = Plan.of(reduce_kernel(op, x3.dtype, acc_dt, acc_dt, kind + "_partial"),
-                          plan.grid, plan.block)
-        plan = plan_grid(kind, x3.shape, x3.itemsize, sms,
-                         _resident_blocks(partial.kernel, THREADS))
+    row_waves = 1 if op in _ARG_OPS else ROW_SPLIT_WAVES
+    plan = plan_grid(kind, x3.shape, x3.itemsize, sms, row_waves=row_waves)
     o_size, r_size, i_size = x3.shape
-    chunks = plan.grid[1]
-    if chunks == 1:
+    if plan.grid[1] == 1:
         kdef = reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, kind)
         Plan.of(kdef, plan.grid, plan.block).launch(x3, no_index, mean, out3, no_index,
                                                     plan.chunk, divisor)
         return
-    # Partials laid out so that stage 2 reads them along its own fast axis: S for rows, I
-    # for columns.
-    parts = [empty((o_size, i_size, chunks) if kind == "row" else (chunks, o_size, i_size),
-                   dt) for dt in ((acc_dt, np.int64) if op in _ARG_OPS else (acc_dt,))]
-    views = []
-    for p in parts:
-        a = p.itemsize
-        st = ((i_size * chunks * a, a, chunks * a) if kind == "row"
-              else (i_size * a, o_size * i_size * a, a))
-        views.append(p._view((o_size, chunks, i_size), st))
+    # Worth a split at full occupancy: size it to the real one.
+    stage1 = (reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, "row_fold") if kind == "row"
+              else reduce_kernel(op, x3.dtype, acc_dt, acc_dt, kind + "_partial"))
+    stage1 = Plan.of(stage1, plan.grid, plan.block)
+    plan = plan_grid(kind, x3.shape, x3.itemsize, sms, _resident_blocks(stage1.kernel, THREADS),
+                     row_waves=row_waves)
+    chunks = plan.grid[1]
+    if kind == "row":  # one launch: the last chunk of a row to finish merges the row's
+        rows, a = o_size * i_size, acc_dt.itemsize
+        at = -(-rows * chunks * a // 256) * 256  # argmax/argmin: the indices from here
+        partials, counters = workspace(arrival_workspace,
+                                       at + (8 * rows * chunks if op in _ARG_OPS else 0), rows)
+        parts = partials._view((rows, chunks, 1), (chunks * a, a, a), 0, acc_dt)
+        parts_i = (partials._view((rows, chunks, 1), (8 * chunks, 8, 8), at, np.dtype(np.int64))
+                   if op in _ARG_OPS else no_index)
+        stage1._replace(grid=plan.grid).launch(x3, no_index, mean, out3, parts, parts_i,
+                                               counters, plan.chunk, divisor)
+        return
+    # Stage 1 writes partials [S, O, I]; stage 2 reads them along I, its fast axis.
+    parts = [empty((chunks, o_size, i_size), dt)
+             for dt in ((acc_dt, np.int64) if op in _ARG_OPS else (acc_dt,))]
+    views = [p._view((o_size, chunks, i_size),
+                     (i_size * p.itemsize, o_size * i_size * p.itemsize, p.itemsize))
+             for p in parts]
     part_i = views[1] if len(views) > 1 else no_index
-    partial._replace(grid=plan.grid).launch(x3, no_index, mean, views[0], part_i, plan.chunk,
-                                            divisor)
-    if kind != "row":  # argmax's partial indices are read one by one: the scalar kernel
-        kind = "colv" if op not in _ARG_OPS and _column_words(views[0]) else "col"
+    stage1._replace(grid=plan.grid).launch(x3, no_index, mean, views[0], part_i, plan.chunk,
+                                           divisor)
+    # argmax's partial indices are read one by one: the scalar kernel.
+    kind = "colv" if op not in _ARG_OPS and _column_words(views[0]) else "col"
     merge = plan_grid(kind, views[0].shape, views[0].itemsize, sms, split=False)
     kdef = reduce_kernel(op, acc_dt, acc_dt, out3.dtype, kind + "_merge")
     Plan.of(kdef, merge.grid, merge.block).launch(views[0], part_i, _nothing(acc_dt, 2, device),
