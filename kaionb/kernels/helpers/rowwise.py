@@ -136,23 +136,36 @@ def _make_io(VEC, storage):
 
 
 # -- float codecs -----------------------------------------------------------------------
+# unpack and unpack_pair differ only in their word count, pack in being two pack_pairs.
 
-@device_function
-def _unpack_f32(words, buf, off):
-    for k in range(4):
-        buf[off + k] = f32_from_bits(words[k])
+def _f32_unpacker(count):
+    @device_function
+    def unpack(words, buf, off):
+        for k in range(count):
+            buf[off + k] = f32_from_bits(words[k])
 
-
-@device_function
-def _pack_f32(buf, off):
-    return (f32_to_bits(buf[off]), f32_to_bits(buf[off + 1]), f32_to_bits(buf[off + 2]),
-            f32_to_bits(buf[off + 3]))
+    return unpack
 
 
-@device_function
-def _unpack_f32_pair(words, buf, off):
-    for k in range(2):
-        buf[off + k] = f32_from_bits(words[k])
+def _half_unpacker(count, to_f32x2):
+    @device_function
+    def unpack(words, buf, off):
+        for k in range(count):
+            lo, hi = to_f32x2(words[k])
+            buf[off + 2 * k] = lo
+            buf[off + 2 * k + 1] = hi
+
+    return unpack
+
+
+def _packer(pack_pair, half_vec):
+    @device_function
+    def pack(buf, off):
+        lo = pack_pair(buf, off)
+        hi = pack_pair(buf, off + half_vec)
+        return (lo[0], lo[1], hi[0], hi[1])
+
+    return pack
 
 
 @device_function
@@ -161,25 +174,6 @@ def _pack_f32_pair(buf, off):
 
 
 def _half_codec(dtype, to_f32x2, from_f32x2):
-    @device_function
-    def unpack(words, buf, off):
-        for k in range(4):
-            lo, hi = to_f32x2(words[k])
-            buf[off + 2 * k] = lo
-            buf[off + 2 * k + 1] = hi
-
-    @device_function
-    def pack(buf, off):
-        return (from_f32x2(buf[off], buf[off + 1]), from_f32x2(buf[off + 2], buf[off + 3]),
-                from_f32x2(buf[off + 4], buf[off + 5]), from_f32x2(buf[off + 6], buf[off + 7]))
-
-    @device_function
-    def unpack_pair(words, buf, off):
-        for k in range(2):
-            lo, hi = to_f32x2(words[k])
-            buf[off + 2 * k] = lo
-            buf[off + 2 * k + 1] = hi
-
     @device_function
     def pack_pair(buf, off):
         return (from_f32x2(buf[off], buf[off + 1]), from_f32x2(buf[off + 2], buf[off + 3]))
@@ -192,7 +186,8 @@ def _half_codec(dtype, to_f32x2, from_f32x2):
     def encode(value):
         return uint16(from_f32x2(value, value) & uint32(0xFFFF))
 
-    return Codec(dtype, "uint16", 8, unpack, pack, decode, encode, unpack_pair, pack_pair)
+    return Codec(dtype, "uint16", 8, _half_unpacker(4, to_f32x2), _packer(pack_pair, 4), decode,
+                 encode, _half_unpacker(2, to_f32x2), pack_pair)
 
 
 @device_function
@@ -201,8 +196,9 @@ def _decode_f32(bits):
 
 
 CODECS = {
-    np.dtype(np.float32): Codec(np.float32, "uint32", 4, _unpack_f32, _pack_f32, _decode_f32,
-                                f32_to_bits, _unpack_f32_pair, _pack_f32_pair),
+    np.dtype(np.float32): Codec(np.float32, "uint32", 4, _f32_unpacker(4),
+                                _packer(_pack_f32_pair, 2), _decode_f32, f32_to_bits,
+                                _f32_unpacker(2), _pack_f32_pair),
     np.dtype(np.float16): _half_codec(np.float16, f16x2_to_f32x2, cvt_rn_f16x2_f32),
     bfloat16: _half_codec(bfloat16, bf16x2_to_f32x2, cvt_rn_bf16x2_f32),
 }
