@@ -59,6 +59,9 @@ def _check_replays(replay, x, y, wh, rng, times=3):
         xh = random_array(x.shape, F16, rng=rng)
         _write(x, xh)
         y.fill(np.nan)
+        # The graph may replay on another stream (CuPy's non-blocking one): the new input
+        # and the poison must be in memory first.
+        kaionb.current_stream().synchronize()
         replay()
         assert_close(y, _decode_ref(xh, wh), tol=TOL, what="replayed decode step")
 
