@@ -353,7 +353,9 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
     partials' indices (argmax/argmin merge), ``mean`` [O, I] in the accumulator type
     (var/std), ``out`` [O, S, I] (final: S = 1, the output — argmax's int64 indices;
     partial: accumulators), ``out_i`` [O, S, I] int64 (argmax/argmin partial), ``chunk``
-    (the R-span of one blockIdx.y), ``divisor`` (mean: N, var/std: N − correction)."""
+    (the R-span of one blockIdx.y), ``divisor`` (mean: N, var/std: N − correction). The
+    row kernels take, in out_i's place, a fold's ``parts`` [O·I, S, 1] accumulators,
+    ``parts_i`` [O·I, S, 1] int64 (argmax/argmin) and ``counters`` [O·I] uint32."""
     layout, _, stage = variant.partition("_")
     in_dt, acc_dt, out_dt = np.dtype(in_dt), np.dtype(acc_dt), np.dtype(out_dt)
     kind = _COMBINE[op]
@@ -450,9 +452,11 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
 
     signature = (f"void({storage(in_dt)}[:, :, :], int64[:, :, :], {storage(acc_dt)}[:, :], "
                  f"{storage(out_dt)}[:, :, :], int64[:, :, :], int64, float64)")
-    fold_signature = (f"void({storage(in_dt)}[:, :, :], int64[:, :, :], {storage(acc_dt)}[:, :], "
-                      f"{storage(out_dt)}[:, :, :], {storage(acc_dt)}[:, :, :], "
-                      "int64[:, :, :], uint32[:], int64, float64)")
+    # Rows: the partials, their indices (argmax/argmin) and the arrival counters of a fold
+    # instead of out_i (empty arrays when R is not split).
+    row_signature = (f"void({storage(in_dt)}[:, :, :], int64[:, :, :], "
+                     f"{storage(acc_dt)}[:, :], {storage(out_dt)}[:, :, :], "
+                     f"{storage(acc_dt)}[:, :, :], int64[:, :, :], uint32[:], int64, float64)")
     name = f"_reduce_{op}_fwd_kernel_{variant}_{in_dt.name}_{acc_dt.name}_{out_dt.name}"
 
     if layout == "row":
@@ -494,44 +498,29 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
                 return block_reduce(v, idx, 1, sv, si)
             return warp_reduce(v, idx, 1)
 
-        if not FOLD:
-            @kernel([signature], name=name, registered=False, launch_bounds=THREADS)
-            def _reduce_rows_fwd_kernel(x, xi, mean, out, out_i, chunk, divisor):
-                sv = cuda.shared.array(WARPS, acc_type)
-                si = cuda.shared.array(WARPS, int64)
-                av = cuda.local.array(ROW_LOADS, acc_type)
-                ai = cuda.local.array(ROW_LOADS, int64)
-                t = int32(cuda.threadIdx.x)
-                T = int32(cuda.blockDim.x)  # threads per row: 32, or the whole block
-                row = int64(cuda.blockIdx.x) * cuda.blockDim.y + cuda.threadIdx.y
-                if row >= x.shape[0] * x.shape[2]:  # whole warps (a warp per row), no barrier
-                    return
-                o = row // x.shape[2]
-                i = row - o * x.shape[2]
-                v, idx = row_part(x, xi, mean, o, i, 0, x.shape[1], t, T, av, ai)
-                v, idx = group_reduce(v, idx, T, sv, si)
-                if t == 0:
-                    store(out, out_i, o, 0, i, v, idx, divisor)
-
-            return _reduce_rows_fwd_kernel
-
         walk_partials = element_walker(ROW_LOADS, _element(op, acc_dt, acc_dt, acc_dt, True),
                                        compute_type(np.dtype(storage(acc_dt))), is_arg)
 
-        @kernel([fold_signature], name=name, registered=False, launch_bounds=THREADS)
-        def _reduce_rows_fold_fwd_kernel(x, xi, mean, out, parts, parts_i, counters, chunk,
-                                         divisor):
+        @kernel([row_signature], name=name, registered=False, launch_bounds=THREADS)
+        def _reduce_rows_fwd_kernel(x, xi, mean, out, parts, parts_i, counters, chunk,
+                                    divisor):
             sv = cuda.shared.array(WARPS, acc_type)
             si = cuda.shared.array(WARPS, int64)
             av = cuda.local.array(ROW_LOADS, acc_type)
             ai = cuda.local.array(ROW_LOADS, int64)
             t = int32(cuda.threadIdx.x)
-            T = int32(cuda.blockDim.x)
+            T = int32(cuda.blockDim.x)  # threads per row: 32, or the whole block
             row = int64(cuda.blockIdx.x) * cuda.blockDim.y + cuda.threadIdx.y
-            if row >= x.shape[0] * x.shape[2]:
+            if row >= x.shape[0] * x.shape[2]:  # whole warps (a warp per row), no barrier
                 return
             o = row // x.shape[2]
             i = row - o * x.shape[2]
+            if not FOLD:
+                v, idx = row_part(x, xi, mean, o, i, 0, x.shape[1], t, T, av, ai)
+                v, idx = group_reduce(v, idx, T, sv, si)
+                if t == 0:
+                    store(out, parts_i, o, 0, i, v, idx, divisor)
+                return
             s = int64(cuda.blockIdx.y)
             chunks = int64(cuda.gridDim.y)
             r0 = s * chunk
@@ -564,12 +553,9 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
             v, idx = merged(av, ai)
             v, idx = group_reduce(v, idx, T, sv, si)
             if t == 0:
-                if is_arg:
-                    out[o, 0, i] = idx
-                else:
-                    out[o, 0, i] = finish(v, divisor)
+                store(out, parts_i, o, 0, i, v, idx, divisor)
 
-        return _reduce_rows_fold_fwd_kernel
+        return _reduce_rows_fwd_kernel
 
     if layout == "colv":
         get = word_codec(in_dt)[0]
@@ -927,9 +913,13 @@ def _reduce_stages(op, x3, out3, kind, acc_dt, divisor, mean=None):
     plan = plan_grid(kind, x3.shape, x3.itemsize, sms, row_waves=row_waves)
     o_size, r_size, i_size = x3.shape
     if plan.grid[1] == 1:
-        kdef = reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, kind)
-        Plan.of(kdef, plan.grid, plan.block).launch(x3, no_index, mean, out3, no_index,
-                                                    plan.chunk, divisor)
+        one = Plan.of(reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, kind), plan.grid,
+                      plan.block)
+        if kind == "row":  # no partials, no counters
+            one.launch(x3, no_index, mean, out3, _nothing(acc_dt, 3, device), no_index,
+                       _nothing(np.dtype(np.uint32), 1, device), plan.chunk, divisor)
+        else:
+            one.launch(x3, no_index, mean, out3, no_index, plan.chunk, divisor)
         return
     # Worth a split at full occupancy: size it to the real one.
     stage1 = (reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, "row_fold") if kind == "row"
