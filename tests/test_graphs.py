@@ -141,6 +141,28 @@ def test_split_k_matmul_and_its_workspace_in_a_graph():
     assert_close(eager, matmul.matmul_ref(ah, bh), tol=2e-3)
 
 
+def test_long_reductions_fold_in_a_graph():
+    """A sum and an argmax split in chunks (the last chunk of the row merges the partials
+    through an arrival workspace): captured, replayed on new values, with eager calls of
+    the same shapes (the stream's cached workspace) in between."""
+    rng = np.random.default_rng(6)
+    n = (1 << 20) + 3
+    x = kaionb.asarray(random_array((n,), np.float32, rng=rng))
+    with kaionb.graph() as g:
+        total, where = kaionb.sum(x), kaionb.argmax(x)
+    g.replay()
+    for _ in range(3):
+        xh = random_array((n,), np.float32, rng=rng)
+        _write(x, xh)
+        total.fill(np.nan)
+        where.fill(-1)
+        g.replay()
+        eager = kaionb.sum(x)
+        assert_close(total, np.sum(xh.astype(np.float64)), tol=1e-5)
+        assert int(where.get()) == int(np.argmax(xh))
+        assert eager.get().tobytes() == total.get().tobytes()  # the same kernel, same bits
+
+
 def test_hopper_matmul_tensor_maps_in_a_graph():
     if kaionb._device.compute_capability() != (9, 0):
         pytest.skip("the wgmma + TMA kernel runs on compute capability 9.0 only")
