@@ -177,6 +177,29 @@ def stubbed_device():
         yield device
 
 
+def test_reductions_split_at_the_real_occupancy_only():
+    """plan_grid first sizes a split at 8 blocks/SM; where the stage-1 kernel's real
+    occupancy (the stub's 4 blocks/SM) leaves the outputs more than half a wave, the
+    reduction runs one launch, not a split into a single chunk. A split row folds in one
+    launch; a split column takes two."""
+    rows, cols = fake((400, 40000), F32), fake((1000, 38400), F32)  # 400 / 300 blocks
+    long, tall = fake((1 << 22,), F32), fake((100_000, 512), F32)
+    with stubbed_device() as device:
+        device.own(rows, cols, long, tall)
+
+        def ran(call):
+            kaionb._device.STATE.calls = None
+            start = len(device.launches)
+            call()
+            return [n.removeprefix("_reduce_sum_fwd_kernel_").removesuffix(
+                "_float32_float32_float32") for n in device.launches[start:]]
+
+        assert ran(lambda: kaionb.sum(rows, axis=1)) == ["row"]
+        assert ran(lambda: kaionb.sum(cols, axis=0)) == ["colv"]
+        assert ran(lambda: kaionb.sum(long)) == ["row_fold"]
+        assert ran(lambda: kaionb.sum(tall, axis=0)) == ["colv_partial", "colv_merge"]
+
+
 def test_the_stub_checks_kernel_arguments():
     x, out = fake((4, 8)), fake((4, 8))
     with stubbed_device() as device:

@@ -270,6 +270,7 @@ def test_plan_layout_empty_reduction():
     ("row", (3, 100_003, 1), 2), ("col", (1, 8192, 8192), 4), ("col", (5, 100_000, 3), 8),
     ("col", (1, 37, 1_000_000), 4), ("row", (1, 100, 1), 4), ("col", (1, 0, 7), 4),
     ("colv", (1, 8192, 8192), 4), ("colv", (4, 301, 320), 2), ("colv", (1, 20011, 48), 1),
+    ("row", (1000, 2048, 1), 4),  # rows of a warp each, split in two chunks
 ])
 def test_plan_grid(kind, shape, itemsize):
     sms = 132
@@ -604,7 +605,7 @@ def test_rows_split_fold_in_one_launch(dtype, ops, kernels_run):
              (_sample("sum", dtype, (1000, 8192 // np.dtype(dtype).itemsize), rng), 1, None)]
     for op in ops:
         for host, axis, view in cases:
-            if op in ARG_OPS:  # integers small: ties across chunks
+            if op in ARG_OPS:  # as _sample draws them (float16: ties across chunks)
                 host = _sample(op, dtype, host.shape, rng)
             kernels_run.clear()
             got = check(op, host, axis, view=view)

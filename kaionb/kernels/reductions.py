@@ -912,6 +912,12 @@ def _reduce_stages(op, x3, out3, kind, acc_dt, divisor, mean=None):
     row_waves = 1 if op in _ARG_OPS else ROW_SPLIT_WAVES
     plan = plan_grid(kind, x3.shape, x3.itemsize, sms, row_waves=row_waves)
     o_size, r_size, i_size = x3.shape
+    if plan.grid[1] > 1:  # worth a split at full occupancy: size it to the real one
+        stage1 = (reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, "row_fold") if kind == "row"
+                  else reduce_kernel(op, x3.dtype, acc_dt, acc_dt, kind + "_partial"))
+        stage1 = Plan.of(stage1, plan.grid, plan.block)
+        plan = plan_grid(kind, x3.shape, x3.itemsize, sms,
+                         _resident_blocks(stage1.kernel, THREADS), row_waves=row_waves)
     if plan.grid[1] == 1:
         one = Plan.of(reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, kind), plan.grid,
                       plan.block)
@@ -921,12 +927,6 @@ def _reduce_stages(op, x3, out3, kind, acc_dt, divisor, mean=None):
         else:
             one.launch(x3, no_index, mean, out3, no_index, plan.chunk, divisor)
         return
-    # Worth a split at full occupancy: size it to the real one.
-    stage1 = (reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, "row_fold") if kind == "row"
-              else reduce_kernel(op, x3.dtype, acc_dt, acc_dt, kind + "_partial"))
-    stage1 = Plan.of(stage1, plan.grid, plan.block)
-    plan = plan_grid(kind, x3.shape, x3.itemsize, sms, _resident_blocks(stage1.kernel, THREADS),
-                     row_waves=row_waves)
     chunks = plan.grid[1]
     if kind == "row":  # one launch: the last chunk of a row to finish merges the row's
         rows, a = o_size * i_size, acc_dt.itemsize
