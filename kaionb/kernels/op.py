@@ -66,8 +66,8 @@ from ..validation import as_out, check_contiguous, check_out, fail
 from .launch import CompiledKernel, KernelDef
 
 __all__ = ["ANY_LAYOUT", "C_CONTIGUOUS", "LAST_AXIS", "Plan", "PlanCache", "arrival_workspace",
-           "call_device",
-           "device_guard", "fast_path", "output", "outputs", "record", "run", "workspace"]
+           "call_device", "device_guard", "fast_path", "output", "outputs", "record", "run",
+           "workspace"]
 
 # Layouts an output may be required to have: what the op's kernel can write.
 C_CONTIGUOUS = "C-contiguous"

@@ -44,10 +44,9 @@ winner's index) goes to partials in the accumulator type:
 - ``row_fold`` (rows): ``ROW_SPLIT_WAVES`` waves of chunks of whole tiles (argmax and
   argmin, bound by their compares: one wave). A chunk writes its partial to an arrival
   workspace (``op.arrival_workspace``, cached per stream), fences, and counts itself in
-  at its row's counter; the last chunk of the row
-  to arrive merges the row's S partials — the same threads the same partials whichever
-  chunk is last, so the result is the same bits every run — writes the output and resets
-  the counter to 0. One launch.
+  at its row's counter; the last chunk of the row to arrive merges the row's S partials
+  — the same threads the same partials whichever chunk is last, so the result is the
+  same bits every run — writes the output and resets the counter to 0. One launch.
 - columns (``*_partial``, one wave): the partials laid out (S, O, I) in a fresh array, and
   a second launch (``*_merge``) reduces them with the same kernels, S taking R's place.
 

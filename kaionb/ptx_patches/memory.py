@@ -26,6 +26,7 @@ from numba.cuda.extending import intrinsic
 
 from ._factory import ptx_instruction, simulator_stub
 
+_U32x2 = types.UniTuple(types.uint32, 2)
 _U32x4 = types.UniTuple(types.uint32, 4)
 _F32x4 = types.UniTuple(types.float32, 4)
 
@@ -107,7 +108,7 @@ ld_global_nc_v4_u32 = ptx_instruction(
 ld_global_nc_v2_u32 = ptx_instruction(
     "ld_global_nc_v2_u32",
     "ld.global.nc.v2.u32 {$0, $1}, [$2];",
-    outputs=types.UniTuple(types.uint32, 2),
+    outputs=_U32x2,
     inputs=(types.uint64,),
     doc="``ld.global.nc.v2.u32``: read-only path. (address: u64, 8-byte aligned) -> 2×u32.",
 )
@@ -149,7 +150,7 @@ ld_global_nc_u32 = ptx_instruction(
 st_global_v2_u32 = ptx_instruction(
     "st_global_v2_u32",
     "st.global.v2.u32 [$0], {$1, $2};",
-    inputs=(types.uint64, types.UniTuple(types.uint32, 2)),
+    inputs=(types.uint64, _U32x2),
     side_effect=True,
     memory=True,
     doc="``st.global.v2.u32``: (address: u64, 8-byte aligned, values: 2×u32).",
@@ -205,7 +206,7 @@ st_shared_v4_u32 = ptx_instruction(
 ld_shared_v2_u32 = ptx_instruction(
     "ld_shared_v2_u32",
     "ld.shared.v2.u32 {$0, $1}, [$2];",
-    outputs=types.UniTuple(types.uint32, 2),
+    outputs=_U32x2,
     inputs=(types.uint32,),
     side_effect=True,
     memory=True,
@@ -215,7 +216,7 @@ ld_shared_v2_u32 = ptx_instruction(
 st_shared_v2_u32 = ptx_instruction(
     "st_shared_v2_u32",
     "st.shared.v2.u32 [$0], {$1, $2};",
-    inputs=(types.uint32, types.UniTuple(types.uint32, 2)),
+    inputs=(types.uint32, _U32x2),
     side_effect=True,
     memory=True,
     doc="``st.shared.v2.u32``: (shared address: u32, values: 2×u32).",
