@@ -435,9 +435,7 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
         for _ in range(mine // VECTOR_LOADS):
             vector_group(raw, body, k, step, VECTOR_LOADS, e0, m, av, ai)
             k += VECTOR_LOADS * step
-        rest = mine % VECTOR_LOADS
-        if rest:
-            vector_group(raw, body, k, step, rest, e0, m, av, ai)
+        vector_group(raw, body, k, step, mine % VECTOR_LOADS, e0, m, av, ai)
 
     def accumulators(LOADS):
         @device_function
