@@ -102,6 +102,23 @@ def test_dequantize_misaligned_rows(axis, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape, axis", [((65536, 8), 0), ((65536, 8), -1), ((257, 1000), 0),
+                                         ((257, 1000), -1), ((3, 4096), 0),
+                                         ((4, 33, 64), -1)], ids=str)
+def test_dequantize_short_rows_and_channels(dtype, shape, axis):
+    """Per-row and per-column scales where each block loops over many rows of one or two
+    runs (65536 rows of 8), over rows shorter than a block's step (1000, 4096), and a 3-D
+    q with per-channel scales."""
+    rng = np.random.default_rng(sum(shape))
+    host = rng.integers(-128, 128, size=shape, dtype=np.int8)
+    s = rng.uniform(0.5, 2.0, size=shape[axis]).astype(np.float32)
+    out = poisoned(shape, dtype)
+    dequantize_int8(kaionb.asarray(host), kaionb.asarray(s), axis, dtype, out=out)
+    assert_close(out, dequantize_int8_ref(host, s, axis), dtype=dtype)
+
+
+@gpu
 def test_zero_rows_and_strided():
     x = random_array((6, 300), np.float32, rng=np.random.default_rng(2))
     x[2] = 0.0
