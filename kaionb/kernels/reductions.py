@@ -427,8 +427,8 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
         """Merge the 16-byte vectors k = first, first + step, ... < end at ``body`` (the
         elements e0 + k·VEC onwards) into the VECTOR_LOADS accumulators: whole groups with
         no bounds checks, then one group of the rest (against a check on every load,
-        argmax over 2^28 float32 on the H100 400 → 370 µs; a counted loop, where a while
-        on k made ptxas spill 8 bytes)."""
+        argmax over 2^28 float32 on the H100 400 → 370 µs). A counted loop: with a while
+        on k, ptxas spilled in more kernels (docs/perf-log-primitives.md, tenth session)."""
         raw = cuda.local.array((VECTOR_LOADS, 4), uint32)
         mine = (end - first + step - 1) // step if first < end else 0
         k = first
