@@ -175,7 +175,7 @@ def _make_quantize_int8_kernel(codec, name):
             head = int64(q_head(q, r))
             nv = (head + n + 15) // 16
             g = r if mode == ROW else int64(0)
-            # Per-column mode scales the values column by column (_quantize_columns).
+            # Per-column mode scales the values column by column (_scale_columns).
             inv_g = float32(1.0) if mode == COL else inverse_scale(f32_from_bits(amax[g]))
             for v0 in range(first, nv, stride):
                 for u in range(U):
@@ -193,7 +193,7 @@ def _make_quantize_int8_kernel(codec, name):
                             b = 4 * (u * SUB + k)
                             unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, k * VEC)
                         if mode == COL:
-                            _quantize_columns(f, amax, scale, e0, n, r)
+                            _scale_columns(f, amax, e0, n)
                         q_store(q, r, e0, n, quantize_words16(f, inv_g))
                         # The thread holding element 0 of the group's first row writes its
                         # scale.
@@ -204,17 +204,32 @@ def _make_quantize_int8_kernel(codec, name):
 
 
 @device_function
-def _quantize_columns(f, amax, scale, e0, n, r):
-    """Per-column mode: scale each of the 16 values of ``f`` (elements e0.. of row r) by
-    its column's 127 / amax in place, so that quantize_words16 with inv = 1 rounds them;
-    row 0 also writes the columns' scales."""
-    for j in range(16):
-        e = e0 + j
-        if 0 <= e < n:
-            a = f32_from_bits(amax[e])
-            f[j] *= inverse_scale(a)
-            if r == 0:
-                scale[e] = a * float32(1.0 / QMAX)
+def _scale_columns(f, inv, e0, n):
+    """Per-column mode: f[j] *= inv[e0 + j] for the 16 values of ``f`` (elements e0..),
+    ``inv`` holding each column's 127 / amax as float32 bits (_column_inverses), so that
+    quantize_words16 with inv = 1 rounds them; four 16-byte loads where the run is whole
+    and aligned."""
+    if e0 >= 0 and e0 + 16 <= n and global_addr(inv, e0) & 15 == 0:
+        for i in range(4):
+            w = ld_global_nc_v4_u32(global_addr(inv, e0 + 4 * i))
+            for k in range(4):
+                f[4 * i + k] *= f32_from_bits(w[k])
+    else:
+        for j in range(16):
+            e = e0 + j
+            f[j] *= f32_from_bits(inv[e]) if 0 <= e < n else float32(0.0)
+
+
+@kernel(["void(uint32[:], float32[:])"])
+def _column_inverses_fwd_kernel(amax, scale):
+    """Per-column mode, between the absmax and the quantize passes: scale[e] = amax / 127,
+    and amax[e] becomes 127 / amax (float32 bits): one division a column, not one an
+    element."""
+    e = cuda.grid(1)
+    if e < amax.shape[0]:
+        a = f32_from_bits(amax[e])
+        scale[e] = a * float32(1.0 / QMAX)
+        amax[e] = f32_to_bits(inverse_scale(a))
 
 
 def _make_dequantize_int8_kernel(codec, name):
@@ -448,6 +463,8 @@ def _quantize_int8_launch(op, mode, x, q, scale):
     if mode == COL:
         grid = (-(-(n // codec.vec + 2) // MAP_THREADS), -(-rows // COL_ROWS_PER_BLOCK))
         Plan.of(_KERNELS["absmax_cols", x.dtype], grid, (MAP_THREADS,)).launch(xv, amax, n)
+        Plan.of(_column_inverses_fwd_kernel, (-(-n // MAP_THREADS),), (MAP_THREADS,)).launch(
+            amax, scale)
     else:
         grid, _ = map_plan(codec, xv)
         Plan.of(_KERNELS["absmax", x.dtype], grid, (MAP_THREADS,)).launch(
