@@ -52,6 +52,7 @@ def launches(monkeypatch):
 
     monkeypatch.setattr(launch.KernelDef, "__getitem__", compiled)
     monkeypatch.setattr(quantize, "zeros", lambda shape, dtype: fake((shape,), dtype))
+    monkeypatch.setattr(quantize, "multiprocessor_count", lambda: 132)
     return calls
 
 
@@ -127,7 +128,24 @@ def test_quantize_out_pair_is_written_in_place(launches):
     got = quantize_int8(fake((4, 8), np.float16), axis=-1, out=[q, scale])
     assert type(got) is tuple and got[0] is q and got[1] is scale
     assert [name for name, *_ in launches] == ["_absmax_cols_fwd_kernel_float16",
+                                               "_column_inverses_fwd_kernel",
                                                "_quantize_int8_fwd_kernel_float16"]
+    assert launches[1][1] == (1,) and launches[1][4][1] is scale  # the scales, by column
+
+
+@pytest.mark.parametrize("shape, grid, rows_per_block", [
+    ((4, 8), (1, 1), 4),                  # a whole group of MAP_UNROLL rows at least
+    ((1024, 8192), (5, 52), 20),          # about 2 blocks per SM (132 SMs)
+    ((16384, 8192), (5, 64), 256),        # at most 256 rows a block (the atomics bound it)
+    ((65536, 1024), (1, 261), 252),
+])
+def test_column_absmax_rows_per_block(launches, shape, grid, rows_per_block):
+    quantize_int8(fake(shape, np.float16), axis=-1,
+                  out=(fake(shape, np.int8), fake((shape[1],))))
+    name, got_grid, block, _, args = launches[0]
+    assert name == "_absmax_cols_fwd_kernel_float16"
+    assert got_grid == grid and args[-1] == rows_per_block
+    assert grid[1] * rows_per_block >= shape[0]
 
 
 # -- the empty rule ---------------------------------------------------------------------
