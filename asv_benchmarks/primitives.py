@@ -1,5 +1,5 @@
 """asv: transformer primitives (rms_norm, layer_norm, softmax, fused_silu_gate, gelu,
-INT8 quantize/dequantize) — achieved GB/s, the ratio to torch's own op,
+INT8 quantize/dequantize per row and per column) — achieved GB/s, the ratio to torch's own op,
 and the share of a device-to-device copy's bandwidth measured in the same process (bytes:
 each input read once, the output written once)."""
 
@@ -11,7 +11,7 @@ from .common import median_ms, require_gpu
 SHAPES = [(16384, 8192), (2048, 65536)]
 DTYPES = ["float16", "bfloat16"]
 OPS = ["rms_norm", "layer_norm", "softmax", "fused_silu_gate", "gelu", "gelu_tanh",
-       "quantize_int8", "dequantize_int8"]
+       "quantize_int8", "dequantize_int8", "quantize_int8_col", "dequantize_int8_col"]
 
 
 class Primitives:
@@ -38,6 +38,8 @@ class Primitives:
         ko = kaionb.empty(shape, kx.dtype)
         kq, ks = quantize_int8(kx, 0)
         q, s = torch.from_dlpack(kq), torch.from_dlpack(ks)
+        kqc, ksc = quantize_int8(kx, -1)  # per column (channel) scales
+        qc, sc = torch.from_dlpack(kqc), torch.from_dlpack(ksc)
         nb = x.numel() * x.element_size()
         n = shape[-1]
         self.ours, self.theirs, self.nbytes = {
@@ -57,6 +59,13 @@ class Primitives:
                                   127).to(torch.int8), nb + x.numel()),
             "dequantize_int8": (lambda: dequantize_int8(kq, ks, 0, ko.dtype, out=ko),
                                 lambda: q.to(tdt) * s[:, None].to(tdt), nb + x.numel()),
+            "quantize_int8_col": (lambda: quantize_int8(kx, -1, out=(kqc, ksc)),
+                                  lambda: torch.clamp(torch.round(
+                                      x / (x.abs().amax(0, keepdim=True) / 127)), -127,
+                                      127).to(torch.int8), nb + x.numel()),
+            "dequantize_int8_col": (lambda: dequantize_int8(kqc, ksc, -1, ko.dtype, out=ko),
+                                    lambda: qc.to(tdt) * sc[None, :].to(tdt),
+                                    nb + x.numel()),
         }[op]
         copy_dst = torch.empty_like(x)
         self.copy = lambda: copy_dst.copy_(x)  # reads and writes 2 * nb bytes
