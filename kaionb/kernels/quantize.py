@@ -15,11 +15,12 @@ Per-row scales over 16-byte aligned rows (n % 16 == 0) take one pass over HBM: t
 stays in registers between its absmax and the quantization — one block per row up to
 32768 elements, one thread-block cluster of up to 8 CTAs per row beyond (sm_90; the CTAs
 combine their maxima through distributed shared memory). Every other case takes two
-launches: an absmax reduction (block maxima merged with an atomic max on the float bits,
-which order like the floats for values ≥ 0) into a zeroed buffer, then the element-wise
-pass, which also writes the scales — x is read twice, so per-tensor and per-column
-quantization move 2·|x| + |q| bytes, not the |x| + |q| of the one-pass form (a scale must
-be known before its first q). Rounding is half-to-even through the 2^23 + 2^22 trick
+passes over x: an absmax reduction (block maxima merged with an atomic max on the float
+bits, which order like the floats for values ≥ 0) into a zeroed buffer, then the
+element-wise pass, which also writes the scales — per column, a small kernel between the
+two writes them and turns each column's absmax into 127 / absmax. x is read twice, so
+per-tensor and per-column quantization move 2·|x| + |q| bytes, not the |x| + |q| of the
+one-pass form (a scale must be known before its first q). Rounding is half-to-even through the 2^23 + 2^22 trick
 (exact for |v| ≤ 2^22; v is clipped to ±127 first). q = rint(x · (127 / max)) in float32
 can differ by one step from the float64 reference at exact ties.
 """
@@ -76,6 +77,7 @@ TENSOR, ROW, COL = 0, 1, 2
 # 125 / 115 / 101 µs (40 → 89% of copy); 256 was the best at every shape measured.
 COL_BLOCKS_PER_SM = 2
 COL_MAX_ROWS_PER_BLOCK = 256
+MAX_GRID_Y = 65535
 
 
 def _make_absmax_kernel(codec, name):
@@ -160,7 +162,8 @@ def _make_absmax_cols_kernel(codec, name):
 def _make_quantize_int8_kernel(codec, name):
     """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step, MAP_UNROLL
     steps per thread with their loads issued first; also writes scale = amax / 127 (each
-    group's scale by the thread that owns its first element)."""
+    group's scale by the thread that owns its first element), except per column, where
+    _column_inverses_fwd_kernel wrote the scales and left 127 / amax in ``amax``."""
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC  # input words4 per int8 words4
@@ -211,7 +214,8 @@ def _make_quantize_int8_kernel(codec, name):
 @device_function
 def _scale_columns(f, inv, e0, n):
     """Per-column mode: f[j] *= inv[e0 + j] for the 16 values of ``f`` (elements e0..),
-    ``inv`` holding each column's 127 / amax as float32 bits (_column_inverses), so that
+    ``inv`` holding each column's 127 / amax as float32 bits (the amax buffer after
+    _column_inverses_fwd_kernel), so that
     quantize_words16 with inv = 1 rounds them; four 16-byte loads where the run is whole
     and aligned."""
     if e0 >= 0 and e0 + 16 <= n and global_addr(inv, e0) & 15 == 0:
@@ -251,6 +255,7 @@ def _make_dequantize_int8_kernel(codec, name):
     # column scales on [16384, 8192] f16, H100, 86 → 95% / 86 → 92% of copy (72 registers,
     # 3 blocks). float32 out runs at 95% on 64 registers as it is, and spills when bound.
     BLOCKS_PER_SM = 4 if OV == 8 else None
+    HOLD_SCALE = BLOCKS_PER_SM is None  # a row's scale in a register for the row's runs
     RAW = 2 * U
     store, pack = codec.store, codec.pack
     column_scales = _column_scales(OV)
@@ -288,7 +293,7 @@ def _make_dequantize_int8_kernel(codec, name):
         for r in range(int64(cuda.blockIdx.y), int64(q.shape[0]), int64(cuda.gridDim.y)):
             head = int64(global_addr(q, (r, int64(0))) % uint64(OV))  # elements before an
             runs = (head + n + OV - 1) // OV  # OV-byte boundary of q
-            row_scale = scale[r if mode == ROW else 0] if not BLOCKS_PER_SM else float32(0)
+            row_scale = scale[r if mode == ROW else 0] if HOLD_SCALE else float32(0)
             for u0 in range(first, runs, stride):
                 for k in range(U):
                     u = u0 + k * T
@@ -303,7 +308,7 @@ def _make_dequantize_int8_kernel(codec, name):
                         if mode == COL:
                             column_scales(scale, e0, n, f)
                         else:
-                            s = row_scale if not BLOCKS_PER_SM else scale[r if mode == ROW else 0]
+                            s = row_scale if HOLD_SCALE else scale[r if mode == ROW else 0]
                             for j in range(OV):
                                 f[j] = s
                         for j in range(OV):
@@ -469,6 +474,8 @@ def _quantize_int8_launch(op, mode, x, q, scale):
         blocks_x = -(-(n // codec.vec + 2) // MAP_THREADS)
         per_block = -(-rows * blocks_x // (COL_BLOCKS_PER_SM * multiprocessor_count()))
         per_block = min(COL_MAX_ROWS_PER_BLOCK, round_up(max(per_block, 1), MAP_UNROLL))
+        # ... and no more than MAX_GRID_Y row blocks (the kernel loops over any count).
+        per_block = max(per_block, round_up(-(-rows // MAX_GRID_Y), MAP_UNROLL))
         Plan.of(_KERNELS["absmax_cols", x.dtype], (blocks_x, -(-rows // per_block)),
                 (MAP_THREADS,)).launch(xv, amax, n, per_block)
         Plan.of(_column_inverses_fwd_kernel, (-(-n // MAP_THREADS),), (MAP_THREADS,)).launch(

@@ -21,8 +21,9 @@ layouts:
 - ``row`` (R has the smallest stride): a row of R elements per warp (rows up to 8 KB, 8
   per block) or per 256-thread block. Unit-stride rows read 16 bytes per load
   (``ld.global.nc.v4``) between a scalar head (up to the first 16-byte boundary) and a
-  scalar tail, 4 loads in flight per thread, each into its own accumulator; other
-  strides read one element per load, 4 in flight. Warp butterfly, then across warps
+  scalar tail, 4 loads in flight per thread (2 for argmax/argmin of 1-byte types), each
+  into its own accumulator, whole groups of them without bounds checks; other strides
+  read one element per load, 4 in flight. Warp butterfly, then across warps
   through shared memory.
 - ``col`` (a kept axis has the smallest stride): blockDim (TX, 256 / TX), TX = the I
   extent rounded up to a power of two, at most 32; thread x owns column i, the y threads
@@ -106,7 +107,8 @@ from .op import C_CONTIGUOUS, Plan, arrival_workspace, fast_path, output, record
 THREADS = 256
 WARPS = THREADS // 32
 # Loads in flight per thread, each into its own accumulator: rows read 16 bytes a load (4
-# loads: 64 bytes per thread in flight), columns one element (8 loads: 32 bytes for
+# loads: 64 bytes per thread in flight; argmax/argmin of 1-byte types 2, VECTOR_LOADS in
+# _make_reduce_kernel), columns one element (8 loads: 32 bytes for
 # float32, at 4 resident blocks of 256 threads ~4 MB over 132 SMs, above what HBM3 needs).
 ROW_LOADS = 4
 # Rows of 16-byte words in flight per thread of the colv kernel (sum over axis 0, H100,
@@ -695,11 +697,11 @@ _SAMPLES = (
     ("min", "int64", "col"), ("min", "uint32", "row_fold"),
     ("argmax", "float32", "row"), ("argmax", "float16", "row_fold"),
     ("argmax", "float16", "col_merge"), ("argmax", "int16", "col"),
-    ("argmin", "float64", "row"), ("argmin", "uint8", "col_partial"),
+    ("argmin", "float64", "row"), ("argmin", "uint8", "row_fold"),
     ("argmin", "uint8", "col_merge"),
     ("var", "float32", "row"), ("var", "bfloat16", "col_partial"), ("var", "int8", "row_fold"),
     ("std", "float16", "row"), ("std", "uint64", "col"),
-    ("any", "float32", "row"), ("any", "uint16", "col"),
+    ("any", "float16", "row_fold"), ("any", "uint16", "col"),
     ("all", "bool", "row"), ("all", "int32", "col_merge"),
     ("sum", "float32", "colv"), ("sum", "int8", "colv_partial"), ("mean", "float16", "colv"),
     ("max", "bfloat16", "colv_partial"), ("max", "float32", "colv_merge"),
