@@ -20,9 +20,10 @@ bits, which order like the floats for values ≥ 0) into a zeroed buffer, then t
 element-wise pass, which also writes the scales — per column, a small kernel between the
 two writes them and turns each column's absmax into 127 / absmax. x is read twice, so
 per-tensor and per-column quantization move 2·|x| + |q| bytes, not the |x| + |q| of the
-one-pass form (a scale must be known before its first q). Rounding is half-to-even through the 2^23 + 2^22 trick
-(exact for |v| ≤ 2^22; v is clipped to ±127 first). q = rint(x · (127 / max)) in float32
-can differ by one step from the float64 reference at exact ties.
+one-pass form (a scale must be known before its first q). Rounding is half-to-even
+through the 2^23 + 2^22 trick (exact for |v| ≤ 2^22; v is clipped to ±127 first).
+q = rint(x · (127 / max)) in float32 can differ by one step from the float64 reference at
+exact ties.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from .helpers.rowwise import (
     MAP_THREADS,
     MAP_UNROLL,
     MAX_CLUSTER,
+    MAX_GRID_Y,
     MAX_THREADS,
     REG_ELEMS,
     flat_view,
@@ -77,7 +79,6 @@ TENSOR, ROW, COL = 0, 1, 2
 # 125 / 115 / 101 µs (40 → 89% of copy); 256 was the best at every shape measured.
 COL_BLOCKS_PER_SM = 2
 COL_MAX_ROWS_PER_BLOCK = 256
-MAX_GRID_Y = 65535
 
 
 def _make_absmax_kernel(codec, name):
@@ -215,9 +216,8 @@ def _make_quantize_int8_kernel(codec, name):
 def _scale_columns(f, inv, e0, n):
     """Per-column mode: f[j] *= inv[e0 + j] for the 16 values of ``f`` (elements e0..),
     ``inv`` holding each column's 127 / amax as float32 bits (the amax buffer after
-    _column_inverses_fwd_kernel), so that
-    quantize_words16 with inv = 1 rounds them; four 16-byte loads where the run is whole
-    and aligned."""
+    _column_inverses_fwd_kernel), so that quantize_words16 with inv = 1 rounds them; four
+    16-byte loads where the run is whole and aligned."""
     if e0 >= 0 and e0 + 16 <= n and global_addr(inv, e0) & 15 == 0:
         for i in range(4):
             w = ld_global_nc_v4_u32(global_addr(inv, e0 + 4 * i))
@@ -474,7 +474,7 @@ def _quantize_int8_launch(op, mode, x, q, scale):
         blocks_x = -(-(n // codec.vec + 2) // MAP_THREADS)
         per_block = -(-rows * blocks_x // (COL_BLOCKS_PER_SM * multiprocessor_count()))
         per_block = min(COL_MAX_ROWS_PER_BLOCK, round_up(max(per_block, 1), MAP_UNROLL))
-        # ... and no more than MAX_GRID_Y row blocks (the kernel loops over any count).
+        # ... and no more than MAX_GRID_Y row blocks (a block folds any number of rows).
         per_block = max(per_block, round_up(-(-rows // MAX_GRID_Y), MAP_UNROLL))
         Plan.of(_KERNELS["absmax_cols", x.dtype], (blocks_x, -(-rows // per_block)),
                 (MAP_THREADS,)).launch(xv, amax, n, per_block)

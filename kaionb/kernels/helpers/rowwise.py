@@ -413,6 +413,7 @@ def row_plan(codec, x2, *others, vec=None, per_thread=None, vec_bytes=VEC_BYTES)
 MAP_THREADS = 256
 MAP_UNROLL = 4
 MAX_GRID_X = 2**31 - 1
+MAX_GRID_Y = 65535
 
 
 def map_plan(codec, x2, *others):
@@ -423,7 +424,7 @@ def map_plan(codec, x2, *others):
     vec = codec.vec
     aligned = n % vec == 0 and rows_aligned(x2, *others)
     nv = -(-n // vec) + (0 if aligned else 1)
-    gy = min(rows, 65535)
+    gy = min(rows, MAX_GRID_Y)
     gx = max(1, min(-(-nv // (MAP_THREADS * MAP_UNROLL)), MAX_GRID_X))
     return (gx, gy), int(aligned)
 
