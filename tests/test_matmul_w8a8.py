@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import kaionb
+from kaionb._device import STATE
 from kaionb.array import DeviceArray, bfloat16
 from kaionb.kernels import matmul_int8 as mi
+from kaionb.kernels.helpers import weight_stream as ws
 from kaionb.testing import poisoned, relative_error
 
 gpu = pytest.mark.gpu
@@ -60,7 +62,38 @@ def test_reference_is_exact_at_saturation():
     assert np.all(mi.matmul_int8_ref(a, -b - 1, 1.0) == -k * 128 * 127)
 
 
+def test_weight_stream_is_chosen_for_few_rows_that_fill_the_gpu():
+    """The streaming kernel takes M ≤ 16, K % 16 == 0, aligned rows, ≥ 1 block per SM."""
+    assert mi._streams(1, 8192, True, 28672, 132)
+    assert mi._streams(16, 16, True, 16 * 132, 132)
+    assert not mi._streams(17, 8192, True, 28672, 132)  # M past the mma's 16 rows
+    assert not mi._streams(1, 8200, True, 28672, 132)  # K not whole 16-byte pieces
+    assert not mi._streams(1, 8192, False, 28672, 132)  # unaligned rows
+    bn8, bn16 = (ws.stream_shape(rows)[0] for rows in (8, 16))
+    assert mi._streams(8, 64, True, bn8 * 132, 132)
+    assert not mi._streams(8, 64, True, bn8 * 131, 132)  # under one block per SM: split-K
+    assert not mi._streams(9, 64, True, bn16 * 131, 132)
+
+
 # ----------------------------------------------------------------------------- GPU
+
+
+@pytest.fixture
+def forced_stream(monkeypatch):
+    """Every eligible shape on the weight-streaming kernel (whatever its grid), with a spy
+    that records each decision; no replay of plans recorded before or after."""
+    decisions = []
+    real = mi._streams
+
+    def spy(*args):
+        decisions.append(real(*args))
+        return decisions[-1]
+
+    STATE.calls = None
+    monkeypatch.setattr(mi, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
+    monkeypatch.setattr(mi, "_streams", spy)
+    yield decisions
+    STATE.calls = None
 
 
 def _case(m, n, k, rng, b_kmajor=True, batch=()):
@@ -189,3 +222,45 @@ def test_quantized_linear_layer_tracks_the_float_matmul():
     y = kaionb.matmul_int8(qx, qw.T, (sx, sw), dtype=np.float16)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
     assert relative_error(y.get(), ref) < 2e-2
+
+
+@gpu
+@pytest.mark.parametrize("m", [1, 5, 8, 9, 16])
+@pytest.mark.parametrize("n, k", [(1000, 4112), (24, 80), (4100, 16), (3, 1040)])
+@pytest.mark.parametrize("mode", ["row, col", "float", "0-d, col"])
+def test_weight_stream_kernel(m, n, k, mode, forced_stream):
+    """The weight-streaming kernel at shapes that are multiples of none of its steps: K
+    slices with partial 64-byte steps (4112 = 64·64 + 16), warps with no K at all (K =
+    16, 80), a last block past N (N = 1000, 3), rows past M in the 16-row mma; f16 output
+    with a bias, and f32 within the exact reference's rounding."""
+    rng = np.random.default_rng(hash((m, n, k, mode)) % 2**32)
+    a, b, da, db = _case(m, n, k, rng)
+    host_scale, dev_scale = _scales(mode, (m,), n, rng)
+    bias = rng.standard_normal(n).astype(np.float32)
+    out = poisoned((m, n), np.float32)
+    kaionb.matmul_int8(da, db, dev_scale, out=out)
+    assert forced_stream == [True]
+    assert relative_error(out.get(), mi.matmul_int8_ref(a, b, host_scale)) < 1e-6
+    out16 = poisoned((m, n), np.float16)
+    kaionb.matmul_int8(da, db, dev_scale, bias=kaionb.asarray(bias), out=out16)
+    ref = mi.matmul_int8_ref(a, b, host_scale, bias)
+    assert relative_error(out16.get(), ref) < TOL[np.dtype(np.float16)]
+
+
+@gpu
+@pytest.mark.parametrize("values", [(-128, -128), (-128, 127), (127, 127)])
+def test_weight_stream_saturated_and_repeatable(values, forced_stream):
+    """Extreme operands sum exactly through the streaming kernel's cross-warp integer
+    sums, and repeats give the same bits."""
+    m, n, k = 16, 40, 8192
+    a = kaionb.asarray(np.full((m, k), values[0], np.int8))
+    b = kaionb.asarray(np.full((n, k), values[1], np.int8)).T
+    out = kaionb.matmul_int8(a, b, 1.0)
+    assert np.all(out.get() == float(k * values[0] * values[1]))
+    rng = np.random.default_rng(5)
+    _, _, da, db = _case(7, 4096, 4096, rng)
+    first = kaionb.matmul_int8(da, db, (1e-3, 2e-3), dtype=np.float16).get()
+    for _ in range(3):
+        again = kaionb.matmul_int8(da, db, (1e-3, 2e-3), dtype=np.float16).get()
+        np.testing.assert_array_equal(again.view(np.uint16), first.view(np.uint16))
+    assert set(forced_stream) == {True}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kaionb
+from kaionb._device import STATE
 from kaionb.array import DeviceArray, bfloat16
 from kaionb.kernels import matmul_int8 as mi
 from kaionb.testing import poisoned, relative_error
@@ -193,4 +194,42 @@ def test_context_usable_after_bad_input():
                                 x_scale=1.0)
     got = kaionb.qkv_project_int8(kaionb.asarray(x), *w_dev, 1.0, 1.0, 1.0, x_scale=0.5)
     for g, ref in zip(got, mi.qkv_project_int8_ref(x, *w_host, 1.0, 1.0, 1.0, x_scale=0.5)):
+        assert relative_error(g.get(), ref) < 1e-6
+
+
+@gpu
+@pytest.mark.parametrize("m, x_dtype", [(1, F16), (2, bfloat16), (1, I8), (9, I8), (16, I8)],
+                         ids=str)
+@pytest.mark.parametrize("hidden, widths", [(4096, (512, 128, 128)), (1040, (1000, 40, 40)),
+                                            (80, (24, 8, 8))])
+def test_weight_stream_kernel(m, x_dtype, hidden, widths, monkeypatch):
+    """The QKV launch on the weight-streaming kernel (forced for every grid size): three
+    weights of odd widths, a float x quantized in the kernel per token (M ≤ 2) or an int8
+    x with per-row scales, biases on two of the three."""
+    rng = np.random.default_rng(hash((m, hidden, widths)) % 2**32)
+    decisions = []
+    real = mi._streams
+    monkeypatch.setattr(mi, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
+    monkeypatch.setattr(mi, "_streams", lambda *a: decisions.append(real(*a)) or decisions[-1])
+    STATE.calls = None
+    w_host, w_dev = _weights(hidden, widths, rng)
+    s_host, s_dev = _weight_scales(widths, rng)
+    bias = (rng.standard_normal(widths[0]).astype(np.float32), None,
+            rng.standard_normal(widths[2]).astype(np.float16))
+    bias_dev = tuple(None if b is None else kaionb.asarray(b) for b in bias)
+    if x_dtype == I8:
+        x_host = rng.integers(-128, 128, (m, hidden), dtype=np.int8)
+        sx = (rng.uniform(0.5, 2.0, m) * 1e-2).astype(np.float32)
+        x, x_scale = kaionb.asarray(x_host), kaionb.asarray(sx)
+    else:
+        x = kaionb.asarray((rng.standard_normal((m, hidden)) * 3).astype(x_dtype))
+        x_scale = None
+        q, s = kaionb.quantize_int8(x, axis=0)
+        x_host, sx = q.get(), s.get()
+    out = tuple(poisoned((m, n), np.float32) for n in widths)
+    kaionb.qkv_project_int8(x, *w_dev, *s_dev, x_scale=x_scale, bias=bias_dev, out=out)
+    STATE.calls = None
+    assert decisions == [True]
+    refs = mi.qkv_project_int8_ref(x_host, *w_host, *s_host, x_scale=sx, bias=bias)
+    for g, ref in zip(out, refs):
         assert relative_error(g.get(), ref) < 1e-6

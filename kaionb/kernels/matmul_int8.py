@@ -33,11 +33,12 @@ import numbers
 
 import numpy as np
 
-from numba import cuda, int32, int64
+from numba import cuda, float32, int32, int64
 
 from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
 from ..array import DeviceArray, _contiguous_strides, bfloat16, empty
+from ..ptx_patches import device_function
 from ..validation import (
     as_array,
     check_contiguous,
@@ -49,6 +50,8 @@ from . import matmul_hopper
 from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR
 from .helpers.gemm_block import make_gemm_block
 from .helpers.int8 import make_quantize_rows
+from .helpers.weight_stream import BM as STREAM_BM
+from .helpers.weight_stream import QUANTIZE_MAX_M, make_s8_stream_block, stream_shape
 from .launch import kernel
 from .matmul import (
     _OUT_DTYPE_NAMES,
@@ -74,6 +77,15 @@ _BIAS_DTYPES = tuple(_OUT_KIND)
 # at K = 8192, N = 28672 on the H100 they take 95-108 µs for M = 1-64, the wgmma kernel's
 # 128-row tiles 139-184 µs (docs/performance.md).
 DECODE_MAX_M = 64
+# M up to STREAM_BM (16) with K-major, 16-byte aligned operands and K % 16 == 0 streams the
+# weights into mma fragments (helpers.weight_stream: no split-K, one 16-column tile per
+# block) where that makes at least this many blocks per SM; fewer blocks keep split-K.
+STREAM_MIN_BLOCKS_PER_SM = 1.0
+# The QKV kernel's variants (tile and loads) on helpers.weight_stream, by the rows served.
+STREAM_TILES = {8: "stream8", 16: "stream16"}
+# A float x quantized inside the streaming kernel lives in its shared memory: M · K bytes,
+# within the 48 KB a launch gets without opting in.
+STREAM_QUANTIZE_MAX_BYTES = 48 * 1024
 # Hopper launch plans by the identity of every argument (address, shape, strides, dtype of
 # each array; the scale values): a repeated call skips validation and planning (~90 µs of
 # host time, more than the GPU time of a 2048³ int8 GEMM). Cluster launches cannot be
@@ -201,6 +213,16 @@ def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) ->
     kind = _OUT_KIND[out.dtype]
     out_vec = out.ptr % 16 == 0 and n % 8 == 0
     sms = multiprocessor_count()
+    out3 = out._view((1, m, n), (m * n * out.itemsize, n * out.itemsize, out.itemsize))
+    if _streams(m, k, _aligned(p.a, p.lda) and _aligned(p.b, p.ldb), n, sms):
+        kdef = _STREAM_KERNELS[_stream_rows(m)]
+        nothing = out._view((0,), (4,), dtype=_F32)  # an argument no launch reads
+        args = ((p.a, p.b) + output_pair(out3, kind)
+                + (m, n, k, p.lda, p.ldb, kind, int(out_vec), alpha)
+                + tuple(nothing if x is None else x for x in (sa[1], sa[2], sb[1], sb[2], bias))
+                + (int(bias is not None),))
+        Plan.of(kdef, (-(-n // kdef.bn), 1, 1), (kdef.threads,)).launch(*args)
+        return out
     tile = None
     if (m > DECODE_MAX_M and out_vec and compute_capability() == (9, 0)
             and tma_compatible(p.a[0], p.lda) and tma_compatible(p.b[0], p.ldb)):
@@ -220,10 +242,48 @@ def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) ->
                 _HOPPER_PLANS.pop(next(iter(_HOPPER_PLANS)))  # the oldest
             _HOPPER_PLANS[key] = (plan, dequant)
         return out
-    out3 = out._view((1, m, n), (m * n * out.itemsize, n * out.itemsize, out.itemsize))
     dequant = (alpha, sa[1], sa[2], sb[1], sb[2], bias, int(bias is not None))
     _launch_mma(op, p, "s8", out3, kind, out_vec, "async", None, None, sms, dequant)
     return out
+
+
+def _stream_rows(m: int) -> int:
+    """The rows the streaming kernel for ``m`` (≤ 16) rows is built for: 8 or 16."""
+    return 8 if m <= 8 else STREAM_BM
+
+
+def _streams(m: int, k: int, aligned: bool, n_total: int, sms: int) -> bool:
+    """Whether the weight-streaming kernel runs: few rows, whole 16-byte pieces of K in
+    16-byte aligned rows (``aligned``: of both operands), and enough blocks over the
+    ``n_total`` columns to fill the GPU."""
+    if m > STREAM_BM or k % 16 or not aligned:
+        return False
+    bn = stream_shape(_stream_rows(m))[0]
+    return -(-n_total // bn) >= STREAM_MIN_BLOCKS_PER_SM * sms
+
+
+def _make_stream_kernel(rows: int):
+    """``a @ b`` scaled for M ≤ ``rows``: one :func:`helpers.weight_stream.make_s8_stream_block`
+    per BN columns (grid: ceil(N / BN)); arguments as the block's, without ``xf``."""
+    stream_block = make_s8_stream_block(rows)
+    BN = stream_block.BN
+    signature = ("void(int8[:, :, :], int8[:, :, :], float32[:, :, ::1], uint16[:, :, ::1], "
+                 + "int32, " * 7 + "float32, float32[::1], int32, float32[::1], int32, "
+                 "float32[::1], int32)")
+
+    @kernel([signature], name=f"_matmul_int8_stream{rows}_fwd_kernel",
+            launch_bounds=stream_block.LAUNCH_BOUNDS)
+    def _matmul_int8_stream_fwd_kernel(a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec,
+                                       alpha, sa, sa_mode, sb, sb_mode, bias, has_bias):
+        stream_block(a, a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec, alpha, sa,
+                     sa_mode, sb, sb_mode, bias, has_bias, int32(cuda.blockIdx.x) * BN)
+
+    _matmul_int8_stream_fwd_kernel.bn = BN
+    _matmul_int8_stream_fwd_kernel.threads = stream_block.THREADS
+    return _matmul_int8_stream_fwd_kernel
+
+
+_STREAM_KERNELS = {rows: _make_stream_kernel(rows) for rows in STREAM_TILES}
 
 
 def matmul_int8_ref(a, b, scale, bias=None) -> np.ndarray:
@@ -310,6 +370,14 @@ _X_DTYPES = (np.dtype(np.int8), np.dtype(np.float16), bfloat16)
 _X_KIND = {np.dtype(np.int8): "s8", np.dtype(np.float16): "f16", bfloat16: "bf16"}
 
 
+_QKV_SIGNATURE = ("void(uint16[:, :], int8[:, :, :], float32[::1], int8[:, :, :], "
+                  "int8[:, :, :], int8[:, :, :], float32[:, :, ::1], float32[:, :, ::1], "
+                  "float32[:, :, ::1], uint16[:, :, ::1], uint16[:, :, ::1], uint16[:, :, ::1], "
+                  "float32[::1], uint32[::1], " + ", ".join(["int32"] * 15) + ", float32, "
+                  "float32, float32, int32, float32[::1], float32[::1], float32[::1], int32, "
+                  "int32, int32, float32[::1], float32[::1], float32[::1], int32)")
+
+
 def _make_qkv_kernel(x_kind: str, loads: str, tile: str):
     """Q, K and V of one activation in one launch: the grid's x covers the N tiles of w_q,
     then w_k, then w_v, and each block runs :func:`helpers.gemm_block.make_gemm_block` on its
@@ -336,14 +404,8 @@ def _make_qkv_kernel(x_kind: str, loads: str, tile: str):
     BM, BN = block_tile[:2]
     QUANTIZE = x_kind != "s8"
     quantize_rows = make_quantize_rows(bfloat16 if x_kind == "bf16" else np.dtype(np.float16))
-    signature = ("void(uint16[:, :], int8[:, :, :], float32[::1], int8[:, :, :], "
-                 "int8[:, :, :], int8[:, :, :], float32[:, :, ::1], float32[:, :, ::1], "
-                 "float32[:, :, ::1], uint16[:, :, ::1], uint16[:, :, ::1], uint16[:, :, ::1], "
-                 "float32[::1], uint32[::1], " + ", ".join(["int32"] * 15) + ", float32, "
-                 "float32, float32, int32, float32[::1], float32[::1], float32[::1], int32, "
-                 "int32, int32, float32[::1], float32[::1], float32[::1], int32)")
 
-    @kernel([signature], name=f"_qkv_project_int8_fwd_kernel_{x_kind}_{loads}_{tile}",
+    @kernel([_QKV_SIGNATURE], name=f"_qkv_project_int8_fwd_kernel_{x_kind}_{loads}_{tile}",
             max_dynamic_shared_bytes=gemm_block.SHARED_BYTES, launch_bounds=gemm_block.THREADS)
     def _qkv_project_int8_fwd_kernel(xf, xq, sa, w_q, w_k, w_v, o32_q, o32_k, o32_v, o16_q,
                                      o16_k, o16_v, ws, counters, M, K, lda, ldb_q, ldb_k,
@@ -381,6 +443,55 @@ def _make_qkv_kernel(x_kind: str, loads: str, tile: str):
     return _qkv_project_int8_fwd_kernel
 
 
+@device_function
+def _pick(g, q, k, v):
+    """``q``, ``k`` or ``v`` by the weight index ``g`` (0, 1, 2)."""
+    if g == 0:
+        return q
+    if g == 1:
+        return k
+    return v
+
+
+def _make_qkv_stream_kernel(x_kind: str, rows: int):
+    """The QKV launch on :mod:`helpers.weight_stream` (M ≤ ``rows``): the arguments and grid
+    of :func:`_make_qkv_kernel`'s kernel (one split, one row tile; ws, counters, k_chunk,
+    splits, vec_ok unused; a float x is quantized into the block's shared memory, ``xq``
+    and ``sa`` unused). Each block picks its weight before the mainloop and its output,
+    scales and bias after it: picked before, they held ~20 registers through it."""
+    QUANTIZE = x_kind != "s8"
+    block = make_s8_stream_block(
+        rows, (bfloat16 if x_kind == "bf16" else np.dtype(np.float16)) if QUANTIZE else None)
+    mainloop, store, BN, TILE = block.mainloop, block.store, block.BN, block.TILE
+    ROW_SCALES = QUANTIZE_MAX_M
+
+    @kernel([_QKV_SIGNATURE], name=f"_qkv_project_int8_fwd_kernel_{x_kind}_stream{rows}",
+            max_dynamic_shared_bytes=STREAM_QUANTIZE_MAX_BYTES if QUANTIZE else 0,
+            launch_bounds=block.LAUNCH_BOUNDS)
+    def _qkv_project_int8_stream_fwd_kernel(
+            xf, xq, sa, w_q, w_k, w_v, o32_q, o32_k, o32_v, o16_q, o16_k, o16_v, ws, counters, M,
+            K, lda, ldb_q, ldb_k, ldb_v, n_q, n_kv, tiles_q, tiles_kv, k_chunk, splits, kind,
+            vec_ok, out_vec, alpha_q, alpha_k, alpha_v, sa_mode, sb_q, sb_k, sb_v, sb_mode_q,
+            sb_mode_k, sb_mode_v, bias_q, bias_k, bias_v, has_bias):
+        bx = int32(cuda.blockIdx.x)
+        g, n0, n = int32(0), bx * BN, n_q
+        if bx >= tiles_q:
+            g = int32(1) + (bx - tiles_q) // tiles_kv
+            n0, n = ((bx - tiles_q) % tiles_kv) * BN, n_kv
+        cs = cuda.shared.array(TILE, float32)
+        row_scales = cuda.shared.array(ROW_SCALES, float32)
+        mainloop(xf, xq, _pick(g, w_q, w_k, w_v), M, n, K, n0, cs, row_scales)
+        store(cs, _pick(g, o32_q, o32_k, o32_v), _pick(g, o16_q, o16_k, o16_v), M, n, kind,
+              out_vec, _pick(g, alpha_q, alpha_k, alpha_v), row_scales if QUANTIZE else sa,
+              sa_mode, _pick(g, sb_q, sb_k, sb_v), _pick(g, sb_mode_q, sb_mode_k, sb_mode_v),
+              _pick(g, bias_q, bias_k, bias_v), (has_bias >> g) & 1, n0)
+
+    _qkv_project_int8_stream_fwd_kernel.threads = block.THREADS
+    _qkv_project_int8_stream_fwd_kernel.shared_bytes = 0  # the launch passes x's bytes
+    _qkv_project_int8_stream_fwd_kernel.block_tile = (STREAM_BM, BN, 0)
+    return _qkv_project_int8_stream_fwd_kernel
+
+
 def _qkv_variants():
     """int8 x: every s8 tile of both load pipelines; f16 / bf16 x (quantized in the
     kernel, M ≤ FUSED_QUANTIZE_MAX_M): the cp.async decode16 tile."""
@@ -392,6 +503,9 @@ def _qkv_variants():
 
 
 _QKV_KERNELS = {v: _make_qkv_kernel(*v) for v in _qkv_variants()}
+_QKV_KERNELS.update({(x_kind, tile, tile): _make_qkv_stream_kernel(x_kind, rows)
+                     for x_kind, rows, tile in (("s8", 8, "stream8"), ("s8", 16, "stream16"),
+                                                ("f16", 8, "stream8"), ("bf16", 8, "stream8"))})
 
 
 def _qkv_outputs(op: str, out, rows_shape: tuple, widths: tuple, dtype, x: DeviceArray):
@@ -498,10 +612,20 @@ def _qkv_launch(op, x2, fused, sx, weights, widths, scales, biases, outs, sms) -
         return _qkv_launch(op, xq, False, (1.0, x_scale, SCALE_VECTOR), weights, widths,
                            scales, biases, outs, sms)
     x_kind = _X_KIND[x2.dtype]
-    tiles = ({"decode16": TILES[("s8", "async")]["decode16"]} if fused
-             else TILES[("s8", loads)])
-    tile, splits, k_chunk = _choose(m, n_q + 2 * n_kv, hidden, sms, tiles)
-    kdef = _QKV_KERNELS[(x_kind, loads, tile)]
+    # The stream's fused quantization reads x in aligned 16-byte runs into shared memory.
+    x_ok = not fused or (x2.ptr % 16 == 0 and x2.strides[0] % 16 == 0 and x2.strides[1] == 2
+                         and m * hidden <= STREAM_QUANTIZE_MAX_BYTES)
+    shared_bytes = None
+    if _streams(m, hidden, vec_ok and x_ok, n_q + 2 * n_kv, sms):
+        tile = STREAM_TILES[_stream_rows(m)]
+        splits, k_chunk = 1, hidden
+        kdef = _QKV_KERNELS[(x_kind, tile, tile)]
+        shared_bytes = m * hidden if fused else 0
+    else:
+        tiles = ({"decode16": TILES[("s8", "async")]["decode16"]} if fused
+                 else TILES[("s8", loads)])
+        tile, splits, k_chunk = _choose(m, n_q + 2 * n_kv, hidden, sms, tiles)
+        kdef = _QKV_KERNELS[(x_kind, loads, tile)]
     bm, bn, _ = kdef.block_tile
     tiles_q, tiles_kv = -(-n_q // bn), -(-n_kv // bn)
     grid = (tiles_q + 2 * tiles_kv, -(-m // bm), splits)
@@ -540,7 +664,8 @@ def _qkv_launch(op, x2, fused, sx, weights, widths, scales, biases, outs, sms) -
             + tuple(s[2] for s in scales)
             + tuple(nothing if b is None else b for b in biases)
             + (sum(1 << g for g, b in enumerate(biases) if b is not None),))
-    Plan.of(kdef, grid, (kdef.threads,), kdef.shared_bytes).launch(*args)
+    Plan.of(kdef, grid, (kdef.threads,),
+            kdef.shared_bytes if shared_bytes is None else shared_bytes).launch(*args)
 
 
 def qkv_project_int8_ref(x, w_q, w_k, w_v, scale_q, scale_k, scale_v, x_scale=None,

@@ -33,20 +33,21 @@ def quantize_value(v, inv):
 
 
 @device_function
+def quantize_word(f, at, inv):
+    """``f[at:at + 4]`` (float32) quantized with ``inv`` (127 / amax) and packed into one
+    word of int8 (element j in byte j)."""
+    w = uint32(0)
+    for j in range(4):
+        w |= (uint32(quantize_value(f[at + j], inv)) & uint32(0xFF)) << uint32(8 * j)
+    return w
+
+
+@device_function
 def quantize_words16(f, inv):
     """16 float32 values of ``f`` quantized with ``inv`` (127 / amax) and packed into one
     words4 of int8 (element j in byte j % 4 of word j // 4)."""
-    w0 = uint32(0)
-    w1 = uint32(0)
-    w2 = uint32(0)
-    w3 = uint32(0)
-    for j in range(4):
-        shift = uint32(8 * j)
-        w0 |= (uint32(quantize_value(f[j], inv)) & uint32(0xFF)) << shift
-        w1 |= (uint32(quantize_value(f[4 + j], inv)) & uint32(0xFF)) << shift
-        w2 |= (uint32(quantize_value(f[8 + j], inv)) & uint32(0xFF)) << shift
-        w3 |= (uint32(quantize_value(f[12 + j], inv)) & uint32(0xFF)) << shift
-    return (w0, w1, w2, w3)
+    return (quantize_word(f, 0, inv), quantize_word(f, 4, inv), quantize_word(f, 8, inv),
+            quantize_word(f, 12, inv))
 
 
 # words4 each thread of quantize_rows loads before it reduces: a 4096-element f16 row is one
@@ -110,4 +111,4 @@ def make_quantize_rows(dtype):
 
 
 __all__ = ["QMAX", "ROUND_MAGIC", "ROW_VECS_IN_FLIGHT", "inverse_scale", "make_quantize_rows",
-           "quantize_value", "quantize_words16"]
+           "quantize_value", "quantize_word", "quantize_words16"]
