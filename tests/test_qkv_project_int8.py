@@ -76,6 +76,18 @@ def _weights(hidden, widths, rng):
     return [w.T for w in host], [kaionb.asarray(w).T for w in host]
 
 
+def _activation(m, hidden, x_dtype, rng):
+    """(x, x_scale, host int8 x, host row scales): an int8 x with random per-row scales,
+    or a float x (x_scale None) and what quantize_int8 makes of it per row."""
+    if np.dtype(x_dtype) == I8:
+        x_host = rng.integers(-128, 128, (m, hidden), dtype=np.int8)
+        sx = (rng.uniform(0.5, 2.0, m) * 1e-2).astype(np.float32)
+        return kaionb.asarray(x_host), kaionb.asarray(sx), x_host, sx
+    x = kaionb.asarray((rng.standard_normal((m, hidden)) * 3).astype(x_dtype))
+    q, s = kaionb.quantize_int8(x, axis=0)
+    return x, None, q.get(), s.get()
+
+
 def _weight_scales(widths, rng, per_channel=True):
     if not per_channel:
         return [3e-3, np.float32(2e-3), 1e-3], [3e-3, kaionb.asarray(np.array(np.float32(2e-3))),
@@ -118,15 +130,7 @@ def test_one_column_weights_with_an_unaligned_x(x_dtype):
     m, hidden, widths = 15, 141, (1, 1, 1)
     w_host = [rng.integers(-128, 128, (hidden, n), dtype=np.int8) for n in widths]
     w_dev = [kaionb.asarray(np.ascontiguousarray(w.T)).T for w in w_host]
-    if x_dtype == np.int8:
-        x_host = rng.integers(-128, 128, (m, hidden), dtype=np.int8)
-        sx = (rng.uniform(0.5, 2.0, m) * 1e-2).astype(np.float32)
-        x, x_scale = kaionb.asarray(x_host), kaionb.asarray(sx)
-    else:
-        x = kaionb.asarray((rng.standard_normal((m, hidden)) * 3).astype(x_dtype))
-        x_scale = None
-        q, s = kaionb.quantize_int8(x, axis=0)
-        x_host, sx = q.get(), s.get()
+    x, x_scale, x_host, sx = _activation(m, hidden, x_dtype, rng)
     got = kaionb.qkv_project_int8(x, *w_dev, 3e-3, 2e-3, 1e-3, x_scale=x_scale,
                                   dtype=np.float32)
     refs = mi.qkv_project_int8_ref(x_host, *w_host, 3e-3, 2e-3, 1e-3, x_scale=sx)
@@ -217,15 +221,7 @@ def test_weight_stream_kernel(m, x_dtype, hidden, widths, monkeypatch):
     bias = (rng.standard_normal(widths[0]).astype(np.float32), None,
             rng.standard_normal(widths[2]).astype(np.float16))
     bias_dev = tuple(None if b is None else kaionb.asarray(b) for b in bias)
-    if x_dtype == I8:
-        x_host = rng.integers(-128, 128, (m, hidden), dtype=np.int8)
-        sx = (rng.uniform(0.5, 2.0, m) * 1e-2).astype(np.float32)
-        x, x_scale = kaionb.asarray(x_host), kaionb.asarray(sx)
-    else:
-        x = kaionb.asarray((rng.standard_normal((m, hidden)) * 3).astype(x_dtype))
-        x_scale = None
-        q, s = kaionb.quantize_int8(x, axis=0)
-        x_host, sx = q.get(), s.get()
+    x, x_scale, x_host, sx = _activation(m, hidden, x_dtype, rng)
     out = tuple(poisoned((m, n), np.float32) for n in widths)
     kaionb.qkv_project_int8(x, *w_dev, *s_dev, x_scale=x_scale, bias=bias_dev, out=out)
     STATE.calls = None
