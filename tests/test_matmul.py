@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kaionb
-from kaionb._device import compute_capability, gpu_available
+from kaionb._device import STATE, compute_capability, gpu_available
 from kaionb.array import DeviceArray, bfloat16
 from kaionb.kernels import matmul as mm
 from kaionb.kernels import matmul_hopper as mh
@@ -793,3 +793,34 @@ def test_kernel_built_from_the_pipeline_helpers_example():
     a, b = random_array((130, 72), F16, rng=rng), random_array((72, 200), F16, rng=rng)
     got = example.example_matmul(kaionb.asarray(a), kaionb.asarray(b)).get()
     assert relative_error(got, mm.matmul_ref(a, b)) < TOL[F16]
+
+
+@pytest.fixture
+def forced_stream(monkeypatch):
+    """Every eligible shape on the weight-streaming kernel (whatever its grid), with a spy
+    that records each decision; no replay of plans recorded before or after."""
+    decisions = []
+    real = mm._streams
+    STATE.calls = None
+    monkeypatch.setattr(mm, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
+    monkeypatch.setattr(mm, "_streams", lambda *a: decisions.append(real(*a)) or decisions[-1])
+    yield decisions
+    STATE.calls = None
+
+
+@gpu
+@pytest.mark.parametrize("out_dtype", [np.float32, F16, bfloat16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("m, n, k", [(1, 1000, 4104), (5, 24, 40), (8, 4100, 8), (9, 3, 1032),
+                                     (16, 1000, 4104)])
+@pytest.mark.parametrize("dtype", [F16, bfloat16], ids=["f16", "bf16"])
+def test_weight_stream_16bit(dtype, m, n, k, out_dtype, forced_stream):
+    """16-bit ``x @ w.T`` (K-major B) with M ≤ 16 on the weight-streaming kernel: K slices
+    with partial 64-byte steps and warps with no K, N past the last block, rows past M in
+    the 16-row mma; repeats give the same bits (the warps' f32 sums add in warp order)."""
+    rng = np.random.default_rng(hash((m, n, k)) % 2**32)
+    da, db, first = check_matmul(mm.matmul, m, n, k, dtype, "nt", out_dtype=out_dtype,
+                                 rng=rng)
+    assert forced_stream == [True]
+    again = poisoned((m, n), out_dtype)
+    mm.matmul(da, db, out=again)
+    np.testing.assert_array_equal(again.get().view(np.uint8), first.view(np.uint8))

@@ -8,6 +8,7 @@ import pytest
 import kaionb
 from kaionb._device import STATE
 from kaionb.array import DeviceArray, bfloat16
+from kaionb.kernels import matmul as mm
 from kaionb.kernels import matmul_int8 as mi
 from kaionb.kernels.helpers import weight_stream as ws
 from kaionb.testing import poisoned, relative_error
@@ -64,15 +65,15 @@ def test_reference_is_exact_at_saturation():
 
 def test_weight_stream_is_chosen_for_few_rows_that_fill_the_gpu():
     """The streaming kernel takes M ≤ 16, K % 16 == 0, aligned rows, ≥ 1 block per SM."""
-    assert mi._streams(1, 8192, True, 28672, 132)
-    assert mi._streams(16, 16, True, 16 * 132, 132)
-    assert not mi._streams(17, 8192, True, 28672, 132)  # M past the mma's 16 rows
-    assert not mi._streams(1, 8200, True, 28672, 132)  # K not whole 16-byte pieces
-    assert not mi._streams(1, 8192, False, 28672, 132)  # unaligned rows
+    assert mm._streams(1, 8192, True, 28672, 132)
+    assert mm._streams(16, 16, True, 16 * 132, 132)
+    assert not mm._streams(17, 8192, True, 28672, 132)  # M past the mma's 16 rows
+    assert not mm._streams(1, 8200, True, 28672, 132)  # K not whole 16-byte pieces
+    assert not mm._streams(1, 8192, False, 28672, 132)  # unaligned rows
     bn8, bn16 = (ws.stream_shape(rows)[0] for rows in (8, 16))
-    assert mi._streams(8, 64, True, bn8 * 132, 132)
-    assert not mi._streams(8, 64, True, bn8 * 131, 132)  # under one block per SM: split-K
-    assert not mi._streams(9, 64, True, bn16 * 131, 132)
+    assert mm._streams(8, 64, True, bn8 * 132, 132)
+    assert not mm._streams(8, 64, True, bn8 * 131, 132)  # under one block per SM: split-K
+    assert not mm._streams(9, 64, True, bn16 * 131, 132)
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -90,7 +91,7 @@ def forced_stream(monkeypatch):
         return decisions[-1]
 
     STATE.calls = None
-    monkeypatch.setattr(mi, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
+    monkeypatch.setattr(mm, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
     monkeypatch.setattr(mi, "_streams", spy)
     yield decisions
     STATE.calls = None

@@ -9,6 +9,7 @@ import pytest
 import kaionb
 from kaionb._device import STATE
 from kaionb.array import DeviceArray, bfloat16
+from kaionb.kernels import matmul as mm
 from kaionb.kernels import matmul_int8 as mi
 from kaionb.testing import poisoned, relative_error
 
@@ -213,7 +214,7 @@ def test_weight_stream_kernel(m, x_dtype, hidden, widths, monkeypatch):
     rng = np.random.default_rng(hash((m, hidden, widths)) % 2**32)
     decisions = []
     real = mi._streams
-    monkeypatch.setattr(mi, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
+    monkeypatch.setattr(mm, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
     monkeypatch.setattr(mi, "_streams", lambda *a: decisions.append(real(*a)) or decisions[-1])
     STATE.calls = None
     w_host, w_dev = _weights(hidden, widths, rng)

@@ -31,7 +31,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, int32
+from numba import cuda, float32, int32
 
 from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
@@ -52,8 +52,10 @@ from .helpers import OUT_BF16, OUT_F16, OUT_F32
 from .helpers.epilogue import SCALE_NONE
 from .helpers.gemm_block import make_gemm_block
 from .helpers.mma_pipeline import OPERANDS
+from .helpers.weight_stream import BM as STREAM_BM
+from .helpers.weight_stream import make_stream_block, stream_shape
 from .launch import kernel
-from .op import arrival_workspace, fast_path, workspace
+from .op import Plan, arrival_workspace, fast_path, workspace
 
 # -- tuning constants ------------------------------------------------------------------------
 
@@ -107,6 +109,13 @@ DECODE_BLOCKS_PER_SM = {"decode16": 2, "decode64": 1}
 # the 255-register large sync tile on sm_80 (4 bytes), 8 the small TN-sync / tf32 tiles on
 # sm_89 / sm_90a; other classes take 4.
 FOLD_GROUP = {"decode16": 8, "decode64": 8, "large": 2}
+# M up to STREAM_BM (16) with both operands K-major (B: the w.T view of a row-major [N, K]
+# weight), 16-byte aligned rows and whole 16-byte pieces of K streams the weights into mma
+# fragments (helpers.weight_stream: no split-K, no shared-memory ring) where that makes at
+# least this many blocks per SM; fewer blocks keep the split-K decode tiles. int8 W8A8
+# (kernels.matmul_int8) and 16-bit operands (H100, K = 8192, N = 28672, int8: 92.3 -> 81.3 µs
+# at M = 1; docs/perf-log-matmul.md #16).
+STREAM_MIN_BLOCKS_PER_SM = 1.0
 # Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
 _OUT_DTYPE_NAMES = "float32, float16 or bfloat16"
@@ -318,6 +327,47 @@ def _choose(m: int, n: int, k: int, sms: int, tiles: dict, batch: int = 1,
     return tile, math.ceil(k / k_chunk), k_chunk
 
 
+def _stream_rows(m: int) -> int:
+    """The rows the streaming kernel for ``m`` (≤ 16) rows is built for: 8 or 16."""
+    return 8 if m <= 8 else STREAM_BM
+
+
+def _streams(m: int, k_bytes: int, aligned: bool, n_total: int, sms: int) -> bool:
+    """Whether the weight-streaming kernel runs: few rows, whole 16-byte pieces of K
+    (``k_bytes``) in 16-byte aligned rows (``aligned``: of both operands), and enough
+    blocks over the ``n_total`` columns to fill the GPU."""
+    if m > STREAM_BM or k_bytes % 16 or not aligned:
+        return False
+    bn = stream_shape(_stream_rows(m))[0]
+    return -(-n_total // bn) >= STREAM_MIN_BLOCKS_PER_SM * sms
+
+
+def _make_stream_kernel(operand: str, rows: int):
+    """``a @ b`` for 16-bit K-major operands and M ≤ ``rows``: one
+    :func:`helpers.weight_stream.make_stream_block` per BN columns (grid: ceil(N / BN)).
+    Arguments: a, b (storage [1, M, lda], [1, N, ldb]), out32, out16 (kind's output [1, M,
+    N]), M, N, K, lda, ldb, kind, out_vec."""
+    stream_block = make_stream_block(operand, rows)
+    BN = stream_block.BN
+    signature = ("void(uint16[:, :, :], uint16[:, :, :], float32[:, :, ::1], "
+                 "uint16[:, :, ::1], int32, int32, int32, int32, int32, int32, int32)")
+
+    @kernel([signature], name=f"_matmul_stream{rows}_fwd_kernel_{operand}",
+            launch_bounds=stream_block.LAUNCH_BOUNDS)
+    def _matmul_stream_fwd_kernel(a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec):
+        stream_block(a, a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec, float32(1.0),
+                     out32[0, 0], SCALE_NONE, out32[0, 0], SCALE_NONE, out32[0, 0], 0,
+                     int32(cuda.blockIdx.x) * BN)
+
+    _matmul_stream_fwd_kernel.bn = BN
+    _matmul_stream_fwd_kernel.threads = stream_block.THREADS
+    return _matmul_stream_fwd_kernel
+
+
+_STREAM_KERNELS = {(operand, rows): _make_stream_kernel(operand, rows)
+                   for operand in ("f16", "bf16") for rows in (8, STREAM_BM)}
+
+
 def _result_shape(op: str, a: DeviceArray, b: DeviceArray):
     """NumPy's matmul shapes: (a as [..., M, K], b as [..., K, N], batch shape, result
     shape). A 1-D a is a row [1, K] and a 1-D b a column [K, 1], their dimension dropped
@@ -379,7 +429,8 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
     where a storage row is not 16-byte aligned: cp.async moves whole 16-byte chunks), or
     "wgmma" (the Hopper kernel of :mod:`.matmul_hopper`; ValueError where the GPU or the
     operands cannot run it). ``prefer_wgmma``: run the Hopper kernel instead wherever it
-    can and the shape fills the GPU. ``precision``: float32 inputs, "highest" (tf32x3) or
+    can and the shape fills the GPU, and the weight stream (helpers.weight_stream) for M ≤
+    16 with K-major operands; False keeps the mma.sync tiles. ``precision``: float32 inputs, "highest" (tf32x3) or
     "tf32". ``tile``/``splits`` override the shape-class choice (tests, benchmarks).
     """
     if prefer_wgmma and tile is None and splits is None and type(a) is type(b) is DeviceArray:
@@ -415,6 +466,16 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
     operand = _16BIT_OPERAND.get(a.dtype) or PRECISIONS[precision]
 
     sms = multiprocessor_count()
+    # Decode: the weight stream before the Hopper kernel (whose 128-row tiles run M = 1 at
+    # about half the weights' read rate: 297 against 162 µs for cuBLAS at K = 8192, N =
+    # 28672 f16 on the H100).
+    if (prefer_wgmma and operand in ("f16", "bf16") and loads == "async" and tile is None
+            and splits is None and p.batch == 1 and p.a_kmajor and p.b_kmajor
+            and _streams(p.m, p.k * 2, _aligned(p.a, p.lda) and _aligned(p.b, p.ldb), p.n, sms)):
+        kdef = _STREAM_KERNELS[(operand, _stream_rows(p.m))]
+        Plan.of(kdef, (-(-p.n // kdef.bn), 1, 1), (kdef.threads,)).launch(
+            p.a, p.b, *output_pair(out3, kind), p.m, p.n, p.k, p.lda, p.ldb, kind, int(out_vec))
+        return out
     hopper_ok = (operand in ("f16", "bf16") and p.batch == 1 and out_vec
                  and compute_capability() == (9, 0) and tma_compatible(p.a[0], p.lda)
                  and tma_compatible(p.b[0], p.ldb))

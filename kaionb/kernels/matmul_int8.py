@@ -51,7 +51,7 @@ from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR, SCALE_VECTOR
 from .helpers.gemm_block import make_gemm_block
 from .helpers.int8 import make_quantize_rows
 from .helpers.weight_stream import BM as STREAM_BM
-from .helpers.weight_stream import QUANTIZE_MAX_M, make_s8_stream_block, stream_shape
+from .helpers.weight_stream import QUANTIZE_MAX_M, make_stream_block
 from .launch import kernel
 from .matmul import (
     _OUT_DTYPE_NAMES,
@@ -61,6 +61,8 @@ from .matmul import (
     Operands,
     _aligned,
     _choose,
+    _stream_rows,
+    _streams,
     _copy_transposed,
     _launch_mma,
     _output,
@@ -77,11 +79,8 @@ _BIAS_DTYPES = tuple(_OUT_KIND)
 # at K = 8192, N = 28672 on the H100 they take 95-108 µs for M = 1-64, the wgmma kernel's
 # 128-row tiles 139-184 µs (docs/performance.md).
 DECODE_MAX_M = 64
-# M up to STREAM_BM (16) with K-major, 16-byte aligned operands and K % 16 == 0 streams the
-# weights into mma fragments (helpers.weight_stream: no split-K, one 16-column tile per
-# block) where that makes at least this many blocks per SM; fewer blocks keep split-K.
-STREAM_MIN_BLOCKS_PER_SM = 1.0
-# The QKV kernel's variants (tile and loads) on helpers.weight_stream, by the rows served.
+# The QKV kernel's variants (tile and loads) on helpers.weight_stream, by the rows served
+# (M ≤ 16 with K-major aligned operands: matmul._streams decides).
 STREAM_TILES = {8: "stream8", 16: "stream16"}
 # A float x quantized inside the streaming kernel lives in its shared memory: M · K bytes,
 # within the 48 KB a launch gets without opting in.
@@ -247,25 +246,10 @@ def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) ->
     return out
 
 
-def _stream_rows(m: int) -> int:
-    """The rows the streaming kernel for ``m`` (≤ 16) rows is built for: 8 or 16."""
-    return 8 if m <= 8 else STREAM_BM
-
-
-def _streams(m: int, k: int, aligned: bool, n_total: int, sms: int) -> bool:
-    """Whether the weight-streaming kernel runs: few rows, whole 16-byte pieces of K in
-    16-byte aligned rows (``aligned``: of both operands), and enough blocks over the
-    ``n_total`` columns to fill the GPU."""
-    if m > STREAM_BM or k % 16 or not aligned:
-        return False
-    bn = stream_shape(_stream_rows(m))[0]
-    return -(-n_total // bn) >= STREAM_MIN_BLOCKS_PER_SM * sms
-
-
 def _make_stream_kernel(rows: int):
-    """``a @ b`` scaled for M ≤ ``rows``: one :func:`helpers.weight_stream.make_s8_stream_block`
+    """``a @ b`` scaled for M ≤ ``rows``: one :func:`helpers.weight_stream.make_stream_block`
     per BN columns (grid: ceil(N / BN)); arguments as the block's, without ``xf``."""
-    stream_block = make_s8_stream_block(rows)
+    stream_block = make_stream_block("s8", rows)
     BN = stream_block.BN
     signature = ("void(int8[:, :, :], int8[:, :, :], float32[:, :, ::1], uint16[:, :, ::1], "
                  + "int32, " * 7 + "float32, float32[::1], int32, float32[::1], int32, "
@@ -460,8 +444,8 @@ def _make_qkv_stream_kernel(x_kind: str, rows: int):
     and ``sa`` unused). Each block picks its weight before the mainloop and its output,
     scales and bias after it: picked before, they held ~20 registers through it."""
     QUANTIZE = x_kind != "s8"
-    block = make_s8_stream_block(
-        rows, (bfloat16 if x_kind == "bf16" else np.dtype(np.float16)) if QUANTIZE else None)
+    block = make_stream_block(
+        "s8", rows, (bfloat16 if x_kind == "bf16" else np.dtype(np.float16)) if QUANTIZE else None)
     mainloop, store, BN, TILE = block.mainloop, block.store, block.BN, block.TILE
     ROW_SCALES = QUANTIZE_MAX_M
 

@@ -46,10 +46,10 @@ from kaionb.ptx_patches import (
     shared_addr,
     st_shared_v2_u32,
 )
-from kaionb.ptx_patches import mma_m16n8k32_s32_s8 as mma
 
 from .epilogue import dequantize_row_chunk8, store_row_chunk8
 from .int8 import QMAX, inverse_scale, quantize_word
+from .mma_pipeline import OPERANDS
 from .reduce import block_max
 from .rowwise import CODECS
 
@@ -73,12 +73,19 @@ def stream_shape(rows: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def make_s8_stream_block(rows: int, x_dtype=None):
+def make_stream_block(operand: str, rows: int, x_dtype=None):
     """``stream_block(xf, a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec, alpha,
     scale_a, sa_mode, scale_b, sb_mode, bias, has_bias, n0)``, called by every thread of a
     block of THREADS: columns n0 .. n0 + BN − 1 of the M×N result, M ≤ ``rows`` (8 or 16).
 
-    a, b          int8 storage [1, M, lda] and [1, N, ldb], K-major, 16-byte aligned rows
+    ``operand`` "s8" (m16n8k32, exact int32 sums, then the W8A8 dequantization) or
+    "f16" / "bf16" (m16n8k16, f32 sums; the dequantization arguments unused). The lane
+    layout of a 16-byte piece is the same for both: words 2h, 2h + 1 feed one mma, as B's
+    (b0, b1) and as A's (a0, a2) of row g / (a1, a3) of row g + 8 — 8 int8 or 4 halves
+    each, the k16 mma's pairs at logical 2t, 2t + 1 and 2t + 8, 2t + 9.
+
+    a, b          storage [1, M, lda] and [1, N, ldb] (int8, or 16-bit bits), K-major,
+                  16-byte aligned rows; K in elements, a whole number of 16-byte pieces
     xf            ``x_dtype`` given: the float x [M, K] (aligned rows, M ≤ QUANTIZE_MAX_M),
                   quantized per row into dynamic shared memory (M · K bytes); ``a`` and
                   ``scale_a`` are then unused (the row scales are the block's own)
@@ -98,8 +105,11 @@ def make_s8_stream_block(rows: int, x_dtype=None):
     A_STEP = 8 if HI else 4  # a lane's A words per k step (rows g and g + 8, or g)
     A_WORDS = A_STEP * STEPS
     ACC_WORDS = 4 * GROUPS
+    assert operand in ("s8", "f16", "bf16")
+    INTEGER = operand == "s8"
+    ELEM, mma, ACC = OPERANDS[operand].size, OPERANDS[operand].mma, OPERANDS[operand].accumulator
     QUANTIZE = x_dtype is not None
-    assert not (QUANTIZE and HI)
+    assert not (QUANTIZE and (HI or not INTEGER))
     codec = CODECS[x_dtype] if QUANTIZE else None
     load_x, unpack = (codec.load, codec.unpack) if QUANTIZE else (None, None)
 
@@ -148,9 +158,10 @@ def make_s8_stream_block(rows: int, x_dtype=None):
         tid = int32(cuda.threadIdx.x)
         warp, lane = tid // 32, tid % 32
         g, t = lane // 4, lane % 4
-        per_warp = (K + WARPS * STEP_K - 1) // (WARPS * STEP_K) * STEP_K
+        KB = K * ELEM  # the walk is in bytes
+        per_warp = (KB + WARPS * STEP_K - 1) // (WARPS * STEP_K) * STEP_K
         k_lo = warp * per_warp
-        k_hi = min(K, k_lo + per_warp)
+        k_hi = min(KB, k_lo + per_warp)
         b_addr = cuda.local.array(GROUPS, uint64)
         for j in range(GROUPS):  # columns past N re-read the last one (never stored)
             b_addr[j] = global_addr(b, (0, min(n0 + j * 8 + g, N - 1), 0))
@@ -164,9 +175,9 @@ def make_s8_stream_block(rows: int, x_dtype=None):
         has_lo, has_hi = g < M, g + 8 < M
         a_lo = global_addr(a, (0, min(g, M - 1), 0))
         a_hi = global_addr(a, (0, min(g + 8, M - 1), 0))
-        acc = cuda.local.array(ACC_WORDS, int32)
+        acc = cuda.local.array(ACC_WORDS, ACC)
         for i in range(ACC_WORDS):
-            acc[i] = int32(0)
+            acc[i] = ACC(0)
         aw = cuda.local.array(A_WORDS, uint32)
         k = k_lo
         while k < k_hi:
@@ -205,12 +216,12 @@ def make_s8_stream_block(rows: int, x_dtype=None):
                 load_weights(bw, b_addr, k, k_hi, t)
 
         # The warps' integer partials -> one f32 tile of sums (exact: any order).
-        sums = cuda.shared.array((WARPS, BM, BN), int32)
+        sums = cuda.shared.array((WARPS, BM, BN), ACC)
         for j in range(GROUPS):
             for e in range(4):  # the C fragment: rows g, g + 8; columns 2t, 2t + 1
                 sums[warp, g + 8 * (e // 2), 8 * j + 2 * t + e % 2] = acc[4 * j + e]
         cuda.syncthreads()
-        total = int32(0)
+        total = ACC(0)  # in warp order: the same f32 bits every run
         for w in range(WARPS):
             total += sums[w, tid // BN, tid % BN]
         cs[tid] = float32(total)
@@ -223,8 +234,9 @@ def make_s8_stream_block(rows: int, x_dtype=None):
         tid = int32(cuda.threadIdx.x)
         if tid < CHUNKS:
             r, c = tid // (BN // 8), 8 * (tid % (BN // 8))
-            dequantize_row_chunk8(cs, r * BN + c, r, n0 + c, M, N, alpha, scale_a, sa_mode,
-                                  scale_b, sb_mode, bias, has_bias)
+            if INTEGER:
+                dequantize_row_chunk8(cs, r * BN + c, r, n0 + c, M, N, alpha, scale_a, sa_mode,
+                                      scale_b, sb_mode, bias, has_bias)
             store_row_chunk8(out32[0], out16[0], kind, r, n0 + c, M, N, out_vec, cs, r * BN + c)
 
     @device_function
@@ -242,4 +254,4 @@ def make_s8_stream_block(rows: int, x_dtype=None):
     return stream_block
 
 
-__all__ = ["BM", "CONFIGS", "QUANTIZE_MAX_M", "make_s8_stream_block", "stream_shape"]
+__all__ = ["BM", "CONFIGS", "QUANTIZE_MAX_M", "make_stream_block", "stream_shape"]
