@@ -430,8 +430,9 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
     "wgmma" (the Hopper kernel of :mod:`.matmul_hopper`; ValueError where the GPU or the
     operands cannot run it). ``prefer_wgmma``: run the Hopper kernel instead wherever it
     can and the shape fills the GPU, and the weight stream (helpers.weight_stream) for M ≤
-    16 with K-major operands; False keeps the mma.sync tiles. ``precision``: float32 inputs, "highest" (tf32x3) or
-    "tf32". ``tile``/``splits`` override the shape-class choice (tests, benchmarks).
+    16 with K-major operands; False keeps the mma.sync tiles. ``precision``: float32
+    inputs, "highest" (tf32x3) or "tf32". ``tile``/``splits`` override the shape-class
+    choice (tests, benchmarks).
     """
     if prefer_wgmma and tile is None and splits is None and type(a) is type(b) is DeviceArray:
         key = (a.ptr, a.shape, a.strides, a.dtype, a.device, b.ptr, b.shape, b.strides,
