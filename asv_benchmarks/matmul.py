@@ -1,7 +1,9 @@
 """asv: tensor-core matmul against cuBLAS (torch.matmul) at the same dtype, f32
 accumulation, output in the input dtype: ``kaionb.matmul`` (on an H100 the wgmma kernel
 where the shape fills the GPU, else mma.sync) and the mma.sync cp.async kernel on the
-same shape, so both paths have a history."""
+same shape, so both paths have a history. The ``_wT`` decode shapes multiply by the
+``w.T`` view of a row-major [N, K] weight (a linear layer's), which M ≤ 16 runs on the
+weight stream (helpers.weight_stream)."""
 
 import numpy as np
 
@@ -10,14 +12,16 @@ from .common import batched_ms
 
 class TimeMatmul:
     params = (["f16", "bf16"],
-              ["1024", "2048", "4096", "8192", "decode1", "decode16", "decode128"])
+              ["1024", "2048", "4096", "8192", "decode1", "decode16", "decode128",
+               "decode1_wT", "decode16_wT"])
     param_names = ["dtype", "shape"]
     timeout = 300
 
     SHAPES = {"1024": (1024, 1024, 1024), "2048": (2048, 2048, 2048),
               "4096": (4096, 4096, 4096),
               "8192": (8192, 8192, 8192), "decode1": (1, 4096, 4096),
-              "decode16": (16, 4096, 4096), "decode128": (128, 4096, 4096)}
+              "decode16": (16, 4096, 4096), "decode128": (128, 4096, 4096),
+              "decode1_wT": (1, 4096, 4096), "decode16_wT": (16, 4096, 4096)}
 
     def setup(self, dtype, shape):
         import kaionb
@@ -34,8 +38,13 @@ class TimeMatmul:
         self.flops = 2.0 * m * n * k
         self.torch = torch
         self.a = torch.randn(m, k, device="cuda", dtype=tdt)
-        self.b = torch.randn(k, n, device="cuda", dtype=tdt)
-        self.ka, self.kb = kaionb.asarray(self.a), kaionb.asarray(self.b)
+        if shape.endswith("_wT"):
+            w = torch.randn(n, k, device="cuda", dtype=tdt)
+            self.b, self.kb = w.T, kaionb.asarray(w).T
+        else:
+            self.b = torch.randn(k, n, device="cuda", dtype=tdt)
+            self.kb = kaionb.asarray(self.b)
+        self.ka = kaionb.asarray(self.a)
         self.mm = mm
         for _ in range(3):  # compile, load, warm up
             self._kaionb()
