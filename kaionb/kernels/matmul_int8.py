@@ -13,6 +13,9 @@ The kernels are the matmul family's, with s8 operands (no copied mainloop):
   :mod:`.matmul_hopper` (``wgmma ... k32.s32.s8.s8``, TMA, s32 accumulators scaled in
   registers by ``ptx_patches.dequantize_accumulator_s32``); needs 16-byte aligned rows
   (K % 16 == 0) and output rows (N % 8 == 0).
+- M ≤ 16, K-major 16-byte aligned operands, K % 16 == 0 (decode): the weight stream
+  (``helpers.weight_stream``: the weights' int8 loaded straight into mma fragments, no
+  split-K).
 - otherwise the ``mma.sync m16n8k32`` kernels of :mod:`.matmul` (decode tiles with
   split-K for M ≤ 64), which scale the staged sums per chunk
   (``helpers.epilogue.dequantize_row_chunk8``).

@@ -16,6 +16,8 @@
 - :mod:`.warp_mma`   a warp's strip GEMMs (16 rows) on the swizzled panel tiles: A·Bᵀ and
                      P·B with P from registers
 - :mod:`.gemm_block` one block's mma.sync GEMM tile: mainloop, split-K fold, stores
+- :mod:`.weight_stream` one block's decode GEMM (M ≤ 16): K-major weights loaded straight
+                     into mma fragments, warps splitting K (int8 W8A8 and f16 / bf16)
 - :mod:`.int8`       symmetric INT8 quantization arithmetic, per-row quantization by a block
 - :mod:`.int4`       the packed INT4 (GPTQ) weight layout, its conversion into mma fragments,
                      one block's weight-streaming W4A16 GEMM

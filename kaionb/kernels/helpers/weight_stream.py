@@ -1,7 +1,7 @@
-"""One block's int8 GEMM for few rows (M ≤ 16, decode), weights streamed from global
-memory straight into ``mma.sync m16n8k32 s8`` fragments: no shared-memory ring, no
-cp.async, no ldmatrix — the weight bytes set the time, so the kernel is a copy loop with
-tensor-core math on the side.
+"""One block's GEMM for few rows (M ≤ 16, decode), weights streamed from global memory
+straight into ``mma.sync`` fragments (``m16n8k32 s8`` for W8A8, ``m16n8k16`` for f16 /
+bf16): no shared-memory ring, no cp.async, no ldmatrix — the weight bytes set the time,
+so the kernel is a copy loop with tensor-core math on the side.
 
     acc[16, BN] = A[:, K] · B[K, n0:n0+BN]      each warp a slice of K
     out[:M, n0:] = alpha · scale_a[row] · scale_b[col] · Σ_warps acc + bias[col]
@@ -10,16 +10,16 @@ Both operands K-major (A [1, M, lda], B the [1, N, ldb] storage of a ``w.T`` vie
 16-byte aligned and K % 16 == 0 (whole 16-byte pieces; the caller checks).
 
 The K permutation. Lane (g, t) (g = lane // 4, t = lane % 4) loads bytes 16t .. 16t + 15
-of a 64-byte k step of column g: its four words are the B fragments of two k32 mmas — (w0,
-w1) and (w2, w3) — which the hardware reads as logical k 4t..4t+3 and 16+4t..16+4t+3
-(helpers.fragments). A dot product does not depend on the order of k, so A takes the same
+of a 64-byte k step of column g: its four words are the B fragments of two mmas — (w0,
+w1) and (w2, w3) — which the hardware reads as logical k 4t..4t+3 and 16+4t..16+4t+3 (s8
+k32; k16 halves: 2t, 2t + 1 and 2t + 8, 2t + 9; helpers.fragments). A dot product does not depend on the order of k, so A takes the same
 permutation: the same lane loads the same 16 bytes of rows g and g + 8 of A, and word j of
 them is a0/a2 (row g) or a1/a3 (row g + 8) of the mma that reads word j of B. Each load
 instruction of a warp then covers 64 contiguous bytes of 8 weight rows (whole sectors).
 
 The warps of a block split K in contiguous slices (each a whole number of 64-byte steps)
-and add their integer sums through shared memory: exact, so the bits do not depend on
-the order. Two shapes (``CONFIGS``, by the rows the block serves), measured on the H100
+and add their sums through shared memory: integers exactly, f32 in warp order, so the
+bits do not change between runs. Two shapes (``CONFIGS``, by the rows the block serves), measured on the H100
 (docs/perf-log-matmul.md #16): M ≤ 8 takes 8 columns per block, 4 warps, 4 steps in
 flight (50 registers: ~12 blocks per SM); M ≤ 16 holds A rows g + 8 too and amortizes
 them over 16 columns, 8 warps, 2 steps.
