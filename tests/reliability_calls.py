@@ -211,7 +211,19 @@ def _matmul_calls():
         Call("matmul/batched-split-k", _matmul_public((2, 16, 1032), (2, 1032, 264), F16)),
         Call("matmul/matmul_tc", _matmul_public((40, 64), (64, 72), F16, kaionb.matmul_tc)),
     ]
+    for dtype, name in ((F16, "f16"), (BF16, "bf16")):
+        calls += [Call(f"matmul/stream8-{name}", _matmul_stream(5, 2048, 256, dtype)),
+                  Call(f"matmul/stream16-{name}", _matmul_stream(12, 4096, 256, dtype))]
     return calls
+
+
+def _matmul_stream(m, n, k, dtype):
+    """``x @ w.T`` at decode size (M ≤ 16, the K-major view of a row-major [n, k] weight,
+    ≥ 256 blocks: more than an H100's SMs): the weight stream."""
+    def make(rng):
+        x, w = _dev(rng, (m, k), dtype), _dev(rng, (n, k), dtype)
+        return lambda: kaionb.matmul(x, w.T)
+    return make
 
 
 # -- int8 ------------------------------------------------------------------------------------
@@ -269,6 +281,13 @@ def _int8_calls():
         Call("qkv_project_int8/f16-fused-quantize", _qkv_int8(2, 528, (64, 32, 32), F16)),
         Call("qkv_project_int8/bf16-fused-quantize", _qkv_int8(1, 528, (64, 32, 32), BF16)),
         Call("qkv_project_int8/f16-quantized-first", _qkv_int8(9, 528, (64, 32, 32), F16)),
+        # Decode over ≥ 256 blocks of the weight stream (more than an H100's SMs).
+        Call("matmul_int8/stream8", _matmul_int8(5, 4096, 256, vectors=True, bias=True)),
+        Call("matmul_int8/stream16", _matmul_int8(12, 4096, 256)),
+        Call("qkv_project_int8/s8-stream8", _qkv_int8(3, 256, (2048, 1024, 1024))),
+        Call("qkv_project_int8/s8-stream16", _qkv_int8(16, 256, (2048, 1024, 1024))),
+        Call("qkv_project_int8/f16-stream-fused", _qkv_int8(1, 256, (2048, 1024, 1024), F16)),
+        Call("qkv_project_int8/bf16-stream-fused", _qkv_int8(2, 256, (2048, 1024, 1024), BF16)),
         # Prefill on an H100: three wgmma GEMMs (64 narrow tiles each).
         Call("qkv_project_int8/prefill-three-wgmma", _qkv_int8(1024, 128, (1024,) * 3), hopper),
     ]
