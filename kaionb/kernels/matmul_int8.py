@@ -490,9 +490,11 @@ def _qkv_variants():
 
 
 _QKV_KERNELS = {v: _make_qkv_kernel(*v) for v in _qkv_variants()}
+# The stream variants: int8 x for every row count, a float x (quantized in the kernel, M ≤
+# FUSED_QUANTIZE_MAX_M) on the 8-row block.
 _QKV_KERNELS.update({(x_kind, tile, tile): _make_qkv_stream_kernel(x_kind, rows)
-                     for x_kind, rows, tile in (("s8", 8, "stream8"), ("s8", 16, "stream16"),
-                                                ("f16", 8, "stream8"), ("bf16", 8, "stream8"))})
+                     for rows, tile in STREAM_TILES.items()
+                     for x_kind in ("s8", "f16", "bf16") if x_kind == "s8" or rows == 8})
 
 
 def _qkv_outputs(op: str, out, rows_shape: tuple, widths: tuple, dtype, x: DeviceArray):
