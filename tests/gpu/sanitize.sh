@@ -10,7 +10,8 @@
 # The table runs as $SANITIZE_SHARDS shards side by side (default: half the CPUs, at most
 # 8; the sanitizers' work is mostly on the CPU); a process still running after
 # $SANITIZE_TIMEOUT seconds (default 150; the plain run gets at least 300, it may compile)
-# is stopped. Logs go to $1 (default /tmp/sanitize): per tool and shard, <tool>-<i>.log
+# is stopped. $SANITIZE_ONLY (a regex) runs only the entries whose name matches it (e.g.
+# "stream" after a change to the weight-stream kernels). Logs go to $1 (default /tmp/sanitize): per tool and shard, <tool>-<i>.log
 # (entry markers, the sanitizer's reports), .json (kernels launched) and .rc (exit
 # status). The end prints, per tool, the errors found and the kernels covered
 # (tests/gpu/sanitize_driver.py summary). Exit status 1 if a tool reported an error or a
@@ -47,7 +48,8 @@ run_shards() {
   for ((i = 0; i < shards; i++)); do
     (
       timeout -k 10 "$seconds" "$@" python3 tests/gpu/sanitize_driver.py run \
-        --shard "$i/$shards" --coverage "$logs/$name-$i.json" > "$logs/$name-$i.log" 2>&1
+        --shard "$i/$shards" ${SANITIZE_ONLY:+--only "$SANITIZE_ONLY"} \
+        --coverage "$logs/$name-$i.json" > "$logs/$name-$i.log" 2>&1
       echo $? > "$logs/$name-$i.rc"
     ) &
   done

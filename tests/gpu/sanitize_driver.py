@@ -1,10 +1,11 @@
 """The process tests/gpu/sanitize.sh runs under compute-sanitizer, and its summary.
 
-    python tests/gpu/sanitize_driver.py run [--shard I/N] [--coverage FILE]
+    python tests/gpu/sanitize_driver.py run [--shard I/N] [--only REGEX] [--coverage FILE]
     python tests/gpu/sanitize_driver.py summary LOGDIR TOOL...
 
 ``run`` builds and runs every entry of the reliability table (tests/reliability_calls.py)
-that this GPU runs — entries I, I + N, ... with ``--shard`` — once each, and reads every
+that this GPU runs — entries I, I + N, ... with ``--shard``, those whose name matches
+``--only`` — once each, and reads every
 output back (so initcheck sees an output element no kernel wrote, and each report lands
 under the entry's ``[entry] name`` line in the log, before the next entry starts), and
 writes the kernels each entry launched to ``--coverage`` (JSON). An entry that raises is
@@ -43,9 +44,10 @@ REPORT = re.compile(r"^========= (?!ERROR SUMMARY|RACECHECK SUMMARY|COMPUTE-SANI
                     r"|Target application returned)\S")
 
 
-def run(shard: str, coverage_file: str | None) -> int:
+def run(shard: str, coverage_file: str | None, only: str | None = None) -> int:
     cc = compute_capability()
-    entries = rc.shard(rc.calls(), shard)
+    entries = rc.shard([e for e in rc.calls() if only is None or re.search(only, e.name)],
+                       shard)
     launched, failed, skipped = {}, [], []
     for entry in entries:
         if not entry.runs_on(cc):
@@ -148,12 +150,13 @@ def main(argv) -> int:
     p_run = sub.add_parser("run")
     p_run.add_argument("--shard", default="0/1")
     p_run.add_argument("--coverage")
+    p_run.add_argument("--only", help="run only the entries whose name matches this regex")
     p_sum = sub.add_parser("summary")
     p_sum.add_argument("logdir")
     p_sum.add_argument("tools", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "run":
-        return run(args.shard, args.coverage)
+        return run(args.shard, args.coverage, args.only)
     return summary(args.logdir, args.tools)
 
 
