@@ -213,7 +213,11 @@ def _matmul_calls():
     ]
     for dtype, name in ((F16, "f16"), (BF16, "bf16")):
         calls += [Call(f"matmul/stream8-{name}", _matmul_stream(5, 2048, 256, dtype)),
-                  Call(f"matmul/stream16-{name}", _matmul_stream(12, 4096, 256, dtype))]
+                  Call(f"matmul/stream16-{name}", _matmul_stream(12, 4096, 256, dtype)),
+                  # 8 KiB of K: the variant that prefetches 256-byte blocks into L2.
+                  Call(f"matmul/stream8-prefetch-{name}", _matmul_stream(1, 2048, 4096, dtype)),
+                  Call(f"matmul/stream16-prefetch-{name}",
+                       _matmul_stream(16, 4096, 4104, dtype))]
     return calls
 
 
@@ -284,6 +288,9 @@ def _int8_calls():
         # Decode over ≥ 256 blocks of the weight stream (more than an H100's SMs).
         Call("matmul_int8/stream8", _matmul_int8(5, 4096, 256, vectors=True, bias=True)),
         Call("matmul_int8/stream16", _matmul_int8(12, 4096, 256)),
+        Call("matmul_int8/stream8-prefetch", _matmul_int8(8, 2048, 8192)),
+        Call("matmul_int8/stream16-prefetch",
+             _matmul_int8(9, 4096, 8208, vectors=True, bias=True)),
         Call("qkv_project_int8/s8-stream8", _qkv_int8(3, 256, (2048, 1024, 1024))),
         Call("qkv_project_int8/s8-stream16", _qkv_int8(16, 256, (2048, 1024, 1024))),
         Call("qkv_project_int8/f16-stream-fused", _qkv_int8(1, 256, (2048, 1024, 1024), F16)),

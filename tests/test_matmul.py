@@ -795,14 +795,16 @@ def test_kernel_built_from_the_pipeline_helpers_example():
     assert relative_error(got, mm.matmul_ref(a, b)) < TOL[F16]
 
 
-@pytest.fixture
-def forced_stream(monkeypatch):
-    """Every eligible shape on the weight-streaming kernel (whatever its grid), with a spy
-    that records each decision; no replay of plans recorded before or after."""
+@pytest.fixture(params=[False, True], ids=["plain", "prefetch"])
+def forced_stream(monkeypatch, request):
+    """Every eligible shape on the weight-streaming kernel (whatever its grid), the variant
+    with the L2 prefetch for every K or for none, with a spy that records each decision; no
+    replay of plans recorded before or after."""
     decisions = []
     real = mm._streams
     STATE.calls = None
     monkeypatch.setattr(mm, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
+    monkeypatch.setattr(mm, "STREAM_PREFETCH_MIN_K_BYTES", 0 if request.param else 2**62)
     monkeypatch.setattr(mm, "_streams", lambda *a: decisions.append(real(*a)) or decisions[-1])
     yield decisions
     STATE.calls = None

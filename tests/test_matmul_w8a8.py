@@ -76,13 +76,25 @@ def test_weight_stream_is_chosen_for_few_rows_that_fill_the_gpu():
     assert not mm._streams(9, 64, True, bn16 * 131, 132)
 
 
+def test_weight_stream_prefetches_from_8_kib_of_k():
+    """The kernel whose weight loads prefetch 256-byte blocks into L2 runs from
+    STREAM_PREFETCH_MIN_K_BYTES of K (8192 int8, 4096 16-bit), for either row count."""
+    assert mm.STREAM_PREFETCH_MIN_K_BYTES == 8192
+    for operand, k_elements in (("s8", 8192), ("f16", 4096), ("bf16", 4096)):
+        for m, rows in ((1, 8), (8, 8), (9, 16), (16, 16)):
+            long, short = (mm._stream_kernel(operand, m, k) for k in (k_elements, k_elements - 8))
+            assert long.name == f"_matmul_stream{rows}_fwd_kernel_{operand}_prefetch"
+            assert short.name == f"_matmul_stream{rows}_fwd_kernel_{operand}"
+
+
 # ----------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture
-def forced_stream(monkeypatch):
-    """Every eligible shape on the weight-streaming kernel (whatever its grid), with a spy
-    that records each decision; no replay of plans recorded before or after."""
+@pytest.fixture(params=[False, True], ids=["plain", "prefetch"])
+def forced_stream(monkeypatch, request):
+    """Every eligible shape on the weight-streaming kernel (whatever its grid), the variant
+    with the L2 prefetch for every K or for none, with a spy that records each decision; no
+    replay of plans recorded before or after."""
     decisions = []
     real = mi._streams
 
@@ -92,6 +104,7 @@ def forced_stream(monkeypatch):
 
     STATE.calls = None
     monkeypatch.setattr(mm, "STREAM_MIN_BLOCKS_PER_SM", 0.0)
+    monkeypatch.setattr(mm, "STREAM_PREFETCH_MIN_K_BYTES", 0 if request.param else 2**62)
     monkeypatch.setattr(mi, "_streams", spy)
     yield decisions
     STATE.calls = None

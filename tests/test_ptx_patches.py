@@ -85,9 +85,10 @@ def _cp_async_kernel(fn):
 def k_ld_global(u, f):
     a = P.ld_global_v4_u32(P.global_addr(u, 4))
     b = P.ld_global_nc_v4_u32(P.global_addr(u, 8))
+    c = P.ld_global_nc_stream_v4_u32(P.global_addr(u, 12))
     x = P.ld_global_v4_f32(P.global_addr(f, 4))
     y = P.ld_global_nc_v4_f32(P.global_addr(f, 8))
-    P.st_global_v4_u32(P.global_addr(u, 0), (a[0], b[1], a[2], b[3]))
+    P.st_global_v4_u32(P.global_addr(u, 0), (a[0], b[1], c[2], b[3]))
     P.st_global_v4_f32(P.global_addr(f, 0), (x[0], y[1], x[2], y[3]))
     P.st_global_b32(P.global_addr(u, 12), a[1] + P.ld_global_nc_u32(P.global_addr(u, 16)))
 
@@ -616,7 +617,9 @@ def test_vector_memory_roundtrip():
         cuda.syncthreads()
         a = P.ld_shared_v4_u32(P.shared_addr(s, 124 - i))
         b = P.ld_global_nc_v4_u32(P.global_addr(u, i))
-        P.st_global_v4_u32(P.global_addr(out_u, i), (a[0] ^ b[0], a[1], a[2], a[3]))
+        c = P.ld_global_nc_stream_v4_u32(P.global_addr(u, i))  # the same words as b
+        P.st_global_v4_u32(P.global_addr(out_u, i), (a[0] ^ b[0], a[1] + c[1] - b[1], a[2],
+                                                     a[3] ^ c[3] ^ b[3]))
         x = P.ld_global_v4_f32(P.global_addr(f, i))
         y = P.ld_global_nc_v4_f32(P.global_addr(f, i))
         P.st_global_v4_f32(P.global_addr(out_f, i), (x[0] + y[3], x[1], x[2], x[3]))

@@ -31,7 +31,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, int32
 
 from .._device import compute_capability, multiprocessor_count
 from .._tensor_map import tma_compatible
@@ -116,6 +116,11 @@ FOLD_GROUP = {"decode16": 8, "decode64": 8, "large": 2}
 # (kernels.matmul_int8) and 16-bit operands (H100, K = 8192, N = 28672, int8: 92.3 -> 81.3 µs
 # at M = 1; docs/perf-log-matmul.md #16).
 STREAM_MIN_BLOCKS_PER_SM = 1.0
+# From this many bytes of K the weight stream asks L2 for whole 256-byte blocks of the
+# weights (helpers.weight_stream's ``prefetch``). H100, int8 M = 16 (docs/perf-log-matmul.md
+# #17): K = 8192 90.1 -> 86.9 µs (N = 28672), 49.4 -> 48.4 (N = 14336); K = 4096 equal
+# (N = 14336) or worse (N = 6144: 12.0 -> 13.3); K = 2048 51.6 -> 54.9.
+STREAM_PREFETCH_MIN_K_BYTES = 8192
 # Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}
 _OUT_DTYPE_NAMES = "float32, float16 or bfloat16"
@@ -342,32 +347,54 @@ def _streams(m: int, k_bytes: int, aligned: bool, n_total: int, sms: int) -> boo
     return -(-n_total // bn) >= STREAM_MIN_BLOCKS_PER_SM * sms
 
 
-def _make_stream_kernel(operand: str, rows: int):
-    """``a @ b`` for 16-bit K-major operands and M ≤ ``rows``: one
+def _make_stream_kernel(operand: str, rows: int, prefetch: bool):
+    """``a @ b`` for K-major operands and M ≤ ``rows``: one
     :func:`helpers.weight_stream.make_stream_block` per BN columns (grid: ceil(N / BN)).
-    Arguments: a, b (storage [1, M, lda], [1, N, ldb]), out32, out16 (kind's output [1, M,
-    N]), M, N, K, lda, ldb, kind, out_vec."""
-    stream_block = make_stream_block(operand, rows)
+    Arguments: a, b (storage [1, M, lda], [1, N, ldb]: int8 for "s8", 16-bit bits else),
+    out32, out16 (kind's output [1, M, N]), M, N, K, kind, out_vec, then the W8A8
+    dequantization (alpha, scale_a, sa_mode, scale_b, sb_mode, bias, has_bias; 16-bit
+    operands pass empty arrays and SCALE_NONE, and the kernel reads none of them)."""
+    stream_block = make_stream_block(operand, rows, prefetch=prefetch)
     BN = stream_block.BN
-    signature = ("void(uint16[:, :, :], uint16[:, :, :], float32[:, :, ::1], "
-                 "uint16[:, :, ::1], int32, int32, int32, int32, int32, int32, int32)")
+    element = "int8" if operand == "s8" else "uint16"
+    signature = (f"void({element}[:, :, :], {element}[:, :, :], float32[:, :, ::1], "
+                 "uint16[:, :, ::1], int32, int32, int32, int32, int32, float32, float32[::1], "
+                 "int32, float32[::1], int32, float32[::1], int32)")
 
-    @kernel([signature], name=f"_matmul_stream{rows}_fwd_kernel_{operand}",
-            launch_bounds=stream_block.LAUNCH_BOUNDS)
-    def _matmul_stream_fwd_kernel(a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec):
-        # The block's dequantization arguments (16-bit operands read none): a row of
-        # out32 stands in for each array, never dereferenced.
-        stream_block(a, a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec, float32(1.0),
-                     out32[0, 0], SCALE_NONE, out32[0, 0], SCALE_NONE, out32[0, 0], 0,
-                     int32(cuda.blockIdx.x) * BN)
+    @kernel([signature], launch_bounds=stream_block.LAUNCH_BOUNDS,
+            name=f"_matmul_stream{rows}_fwd_kernel_{operand}{'_prefetch' if prefetch else ''}")
+    def _matmul_stream_fwd_kernel(a, b, out32, out16, M, N, K, kind, out_vec, alpha, sa,
+                                  sa_mode, sb, sb_mode, bias, has_bias):
+        stream_block(a, a, b, out32, out16, M, N, K, kind, out_vec, alpha, sa, sa_mode, sb,
+                     sb_mode, bias, has_bias, int32(cuda.blockIdx.x) * BN)
 
     _matmul_stream_fwd_kernel.bn = BN
     _matmul_stream_fwd_kernel.threads = stream_block.THREADS
     return _matmul_stream_fwd_kernel
 
 
-_STREAM_KERNELS = {(operand, rows): _make_stream_kernel(operand, rows)
-                   for operand in ("f16", "bf16") for rows in (8, STREAM_BM)}
+_STREAM_KERNELS = {(operand, rows, prefetch): _make_stream_kernel(operand, rows, prefetch)
+                   for operand in ("s8", "f16", "bf16") for rows in (8, STREAM_BM)
+                   for prefetch in (False, True)}
+
+
+def _stream_kernel(operand: str, m: int, k: int):
+    """The weight-streaming kernel for ``m`` rows and ``k`` elements of K."""
+    prefetch = k * OPERANDS[operand].size >= STREAM_PREFETCH_MIN_K_BYTES
+    return _STREAM_KERNELS[(operand, _stream_rows(m), prefetch)]
+
+
+def launch_stream(operand: str, p: Operands, out3: DeviceArray, kind: int, out_vec: bool,
+                  dequant: tuple = (1.0, None, SCALE_NONE, None, SCALE_NONE, None, 0)) -> None:
+    """Launch the weight-streaming kernel for ``p`` (one matrix, M ≤ STREAM_BM, K-major
+    aligned operands: :func:`_streams` said yes) into ``out3`` [1, M, N]; ``dequant`` as
+    :func:`_launch_mma`'s (W8A8: alpha, scale_a, sa_mode, scale_b, sb_mode, bias, has_bias),
+    an absent array passed as an empty one."""
+    kdef = _stream_kernel(operand, p.m, p.k)
+    nothing = out3._view((0,), (4,), dtype=_F32)  # an argument no launch reads
+    Plan.of(kdef, (-(-p.n // kdef.bn), 1, 1), (kdef.threads,)).launch(
+        p.a, p.b, *output_pair(out3, kind), p.m, p.n, p.k, kind, int(out_vec), dequant[0],
+        *(nothing if x is None else x for x in dequant[1:6]), dequant[6])
 
 
 def _result_shape(op: str, a: DeviceArray, b: DeviceArray):
@@ -475,9 +502,7 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
     if (prefer_wgmma and operand in ("f16", "bf16") and loads == "async" and tile is None
             and splits is None and p.batch == 1 and p.a_kmajor and p.b_kmajor
             and _streams(p.m, p.k * 2, _aligned(p.a, p.lda) and _aligned(p.b, p.ldb), p.n, sms)):
-        kdef = _STREAM_KERNELS[(operand, _stream_rows(p.m))]
-        Plan.of(kdef, (-(-p.n // kdef.bn), 1, 1), (kdef.threads,)).launch(
-            p.a, p.b, *output_pair(out3, kind), p.m, p.n, p.k, p.lda, p.ldb, kind, int(out_vec))
+        launch_stream(operand, p, out3, kind, out_vec)
         return out
     hopper_ok = (operand in ("f16", "bf16") and p.batch == 1 and out_vec
                  and compute_capability() == (9, 0) and tma_compatible(p.a[0], p.lda)

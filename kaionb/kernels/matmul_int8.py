@@ -69,6 +69,7 @@ from .matmul import (
     _copy_transposed,
     _launch_mma,
     _output,
+    launch_stream,
     output_pair,
     plan_operands,
 )
@@ -217,13 +218,8 @@ def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) ->
     sms = multiprocessor_count()
     out3 = out._view((1, m, n), (m * n * out.itemsize, n * out.itemsize, out.itemsize))
     if _streams(m, k, _aligned(p.a, p.lda) and _aligned(p.b, p.ldb), n, sms):
-        kdef = _STREAM_KERNELS[_stream_rows(m)]
-        nothing = out._view((0,), (4,), dtype=_F32)  # an argument no launch reads
-        args = ((p.a, p.b) + output_pair(out3, kind)
-                + (m, n, k, p.lda, p.ldb, kind, int(out_vec), alpha)
-                + tuple(nothing if x is None else x for x in (sa[1], sa[2], sb[1], sb[2], bias))
-                + (int(bias is not None),))
-        Plan.of(kdef, (-(-n // kdef.bn), 1, 1), (kdef.threads,)).launch(*args)
+        launch_stream("s8", p, out3, kind, out_vec,
+                      (alpha, sa[1], sa[2], sb[1], sb[2], bias, int(bias is not None)))
         return out
     tile = None
     if (m > DECODE_MAX_M and out_vec and compute_capability() == (9, 0)
@@ -247,30 +243,6 @@ def matmul_int8_fwd(op: str, a, b, scale, *, bias=None, out=None, dtype=None) ->
     dequant = (alpha, sa[1], sa[2], sb[1], sb[2], bias, int(bias is not None))
     _launch_mma(op, p, "s8", out3, kind, out_vec, "async", None, None, sms, dequant)
     return out
-
-
-def _make_stream_kernel(rows: int):
-    """``a @ b`` scaled for M ≤ ``rows``: one :func:`helpers.weight_stream.make_stream_block`
-    per BN columns (grid: ceil(N / BN)); arguments as the block's, without ``xf``."""
-    stream_block = make_stream_block("s8", rows)
-    BN = stream_block.BN
-    signature = ("void(int8[:, :, :], int8[:, :, :], float32[:, :, ::1], uint16[:, :, ::1], "
-                 + "int32, " * 7 + "float32, float32[::1], int32, float32[::1], int32, "
-                 "float32[::1], int32)")
-
-    @kernel([signature], name=f"_matmul_int8_stream{rows}_fwd_kernel",
-            launch_bounds=stream_block.LAUNCH_BOUNDS)
-    def _matmul_int8_stream_fwd_kernel(a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec,
-                                       alpha, sa, sa_mode, sb, sb_mode, bias, has_bias):
-        stream_block(a, a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec, alpha, sa,
-                     sa_mode, sb, sb_mode, bias, has_bias, int32(cuda.blockIdx.x) * BN)
-
-    _matmul_int8_stream_fwd_kernel.bn = BN
-    _matmul_int8_stream_fwd_kernel.threads = stream_block.THREADS
-    return _matmul_int8_stream_fwd_kernel
-
-
-_STREAM_KERNELS = {rows: _make_stream_kernel(rows) for rows in STREAM_TILES}
 
 
 def matmul_int8_ref(a, b, scale, bias=None) -> np.ndarray:

@@ -102,6 +102,7 @@ from .ldmatrix import (
 from .memory import (
     global_addr,
     ld_global_nc_f32,
+    ld_global_nc_stream_v4_u32,
     ld_global_nc_u32,
     ld_global_nc_v2_u32,
     ld_global_nc_v4_f32,

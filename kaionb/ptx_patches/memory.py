@@ -105,6 +105,16 @@ ld_global_nc_v4_u32 = ptx_instruction(
     "change while the kernel runs. (address: u64) -> 4×u32.",
 )
 
+ld_global_nc_stream_v4_u32 = ptx_instruction(
+    "ld_global_nc_stream_v4_u32",
+    "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {$0, $1, $2, $3}, [$4];",
+    outputs=_U32x4,
+    inputs=(types.uint64,),
+    doc="``ld.global.nc.L1::no_allocate.L2::256B.v4.u32``: read-only data read once, in "
+    "order: no L1 line (it would evict data other loads reuse), and L2 fetches the whole "
+    "aligned 256-byte block (the stream's next loads hit it). (address: u64) -> 4×u32.",
+)
+
 ld_global_nc_v2_u32 = ptx_instruction(
     "ld_global_nc_v2_u32",
     "ld.global.nc.v2.u32 {$0, $1}, [$2];",

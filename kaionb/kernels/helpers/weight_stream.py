@@ -9,20 +9,21 @@ so the kernel is a copy loop with tensor-core math on the side.
 Both operands K-major (A [1, M, lda], B the [1, N, ldb] storage of a ``w.T`` view), rows
 16-byte aligned and K % 16 == 0 (whole 16-byte pieces; the caller checks).
 
-The K permutation. Lane (g, t) (g = lane // 4, t = lane % 4) loads bytes 16t .. 16t + 15
-of a 64-byte k step of column g: its four words are the B fragments of two mmas — (w0,
-w1) and (w2, w3) — which the hardware reads as logical k 4t..4t+3 and 16+4t..16+4t+3 (s8
-k32; k16 halves: 2t, 2t + 1 and 2t + 8, 2t + 9; helpers.fragments). A dot product does not depend on the order of k, so A takes the same
-permutation: the same lane loads the same 16 bytes of rows g and g + 8 of A, and word j of
-them is a0/a2 (row g) or a1/a3 (row g + 8) of the mma that reads word j of B. Each load
-instruction of a warp then covers 64 contiguous bytes of 8 weight rows (whole sectors).
+The K permutation. Lane (g, t) (g = lane // 4, t = lane % 4) loads bytes 16t .. 16t + 15 of
+a 64-byte k step of column g: its four words are the B fragments of two mmas — (w0, w1) and
+(w2, w3) — which the hardware reads as logical k 4t..4t+3 and 16+4t..16+4t+3 (s8 k32; k16
+halves: 2t, 2t + 1 and 2t + 8, 2t + 9; helpers.fragments). A dot product does not depend on
+the order of k, so A takes the same permutation: the same lane loads the same 16 bytes of
+rows g and g + 8 of A, and word j of them is a0/a2 (row g) or a1/a3 (row g + 8) of the mma
+that reads word j of B. Each load instruction of a warp then covers 64 contiguous bytes of 8
+weight rows (whole sectors).
 
-The warps of a block split K in contiguous slices (each a whole number of 64-byte steps)
-and add their sums through shared memory: integers exactly, f32 in warp order, so the
-bits do not change between runs. Two shapes (``CONFIGS``, by the rows the block serves), measured on the H100
-(docs/perf-log-matmul.md #16): M ≤ 8 takes 8 columns per block, 4 warps, 4 steps in
-flight (50 registers: ~12 blocks per SM); M ≤ 16 holds A rows g + 8 too and amortizes
-them over 16 columns, 8 warps, 2 steps.
+The warps of a block split K in contiguous slices (each a whole number of 64-byte steps) and
+add their sums through shared memory: integers exactly, f32 in warp order, so the bits do
+not change between runs. Two shapes (``CONFIGS``, by the rows the block serves), measured on
+the H100 (docs/perf-log-matmul.md #16): M ≤ 8 takes 8 columns per block, 4 warps, 4 steps in
+flight (50 registers: ~12 blocks per SM); M ≤ 16 holds A rows g + 8 too and amortizes them
+over 16 columns, 8 warps, 2 steps.
 
 ``x_dtype`` (f16 / bf16, aligned rows) makes the block quantize a float x per token
 first (helpers.int8's arithmetic: the bits of ``quantize_int8``) into shared memory —
@@ -41,6 +42,7 @@ from numba import cuda, float32, int32, uint32, uint64
 from kaionb.ptx_patches import (
     device_function,
     global_addr,
+    ld_global_nc_stream_v4_u32,
     ld_global_nc_v4_u32,
     ld_shared_v4_u32,
     shared_addr,
@@ -73,10 +75,10 @@ def stream_shape(rows: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def make_stream_block(operand: str, rows: int, x_dtype=None):
-    """``stream_block(xf, a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec, alpha,
-    scale_a, sa_mode, scale_b, sb_mode, bias, has_bias, n0)``, called by every thread of a
-    block of THREADS: columns n0 .. n0 + BN − 1 of the M×N result, M ≤ ``rows`` (8 or 16).
+def make_stream_block(operand: str, rows: int, x_dtype=None, prefetch: bool = False):
+    """``stream_block(xf, a, b, out32, out16, M, N, K, kind, out_vec, alpha, scale_a,
+    sa_mode, scale_b, sb_mode, bias, has_bias, n0)``, called by every thread of a block of
+    THREADS: columns n0 .. n0 + BN − 1 of the M×N result, M ≤ ``rows`` (8 or 16).
 
     ``operand`` "s8" (m16n8k32, exact int32 sums, then the W8A8 dequantization) or
     "f16" / "bf16" (m16n8k16, f32 sums; the dequantization arguments unused). The lane
@@ -85,12 +87,18 @@ def make_stream_block(operand: str, rows: int, x_dtype=None):
     each, the k16 mma's pairs at logical 2t, 2t + 1 and 2t + 8, 2t + 9.
 
     a, b          storage [1, M, lda] and [1, N, ldb] (int8, or 16-bit bits), K-major,
-                  16-byte aligned rows; K in elements, a whole number of 16-byte pieces
+                  16-byte aligned rows (the strides give the row addresses); K in
+                  elements, a whole number of 16-byte pieces
     xf            ``x_dtype`` given: the float x [M, K] (aligned rows, M ≤ QUANTIZE_MAX_M),
                   quantized per row into dynamic shared memory (M · K bytes); ``a`` and
                   ``scale_a`` are then unused (the row scales are the block's own)
     out32, out16  the output [1, M, N] (f32 for kind OUT_F32, else f16 / bf16 bits)
     alpha … has_bias  the dequantization (helpers.epilogue.dequantize_row_chunk8)
+
+    ``prefetch`` loads the weights with ``ld_global_nc_stream_v4_u32`` (no L1 line, L2
+    fetches whole 256-byte blocks): on the H100 (docs/perf-log-matmul.md #17) it pays for
+    long K slices — K = 8192 int8, M = 16: 90.1 -> 86.9 µs — and costs for short ones
+    (K = 2048: 51.6 -> 54.9 µs); the caller picks by K.
 
     The function carries BN, THREADS, TILE, LAUNCH_BOUNDS (the kernel's) and its two
     halves as attributes: ``mainloop`` (the sums into shared memory) and ``store``."""
@@ -112,6 +120,7 @@ def make_stream_block(operand: str, rows: int, x_dtype=None):
     assert not (QUANTIZE and (HI or not INTEGER))
     codec = CODECS[x_dtype] if QUANTIZE else None
     load_x, unpack = (codec.load, codec.unpack) if QUANTIZE else (None, None)
+    load_piece = ld_global_nc_stream_v4_u32 if prefetch else ld_global_nc_v4_u32
 
     @device_function
     def load_weights(bw, b_addr, k, k_hi, t):
@@ -123,7 +132,7 @@ def make_stream_block(operand: str, rows: int, x_dtype=None):
                 i = 4 * (u * GROUPS + j)
                 w = (uint32(0), uint32(0), uint32(0), uint32(0))
                 if at < k_hi:
-                    w = ld_global_nc_v4_u32(b_addr[j] + uint64(at))
+                    w = load_piece(b_addr[j] + uint64(at))
                 for e in range(4):
                     bw[i + e] = w[e]
 
@@ -240,8 +249,8 @@ def make_stream_block(operand: str, rows: int, x_dtype=None):
             store_row_chunk8(out32[0], out16[0], kind, r, n0 + c, M, N, out_vec, cs, r * BN + c)
 
     @device_function
-    def stream_block(xf, a, b, out32, out16, M, N, K, lda, ldb, kind, out_vec, alpha,
-                     scale_a, sa_mode, scale_b, sb_mode, bias, has_bias, n0):
+    def stream_block(xf, a, b, out32, out16, M, N, K, kind, out_vec, alpha, scale_a, sa_mode,
+                     scale_b, sb_mode, bias, has_bias, n0):
         cs = cuda.shared.array(TILE, float32)
         row_scales = cuda.shared.array(QUANTIZE_MAX_M, float32)
         mainloop(xf, a, b, M, N, K, n0, cs, row_scales)
