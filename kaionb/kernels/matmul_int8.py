@@ -595,7 +595,12 @@ def _qkv_launch(op, x2, fused, sx, weights, widths, scales, biases, outs, sms) -
     nothing = outs[0]._view((0,), (4,), dtype=_F32)  # an argument no launch reads
     ws_bytes = grid[0] * grid[1] * splits * bm * bn * 4 if splits > 1 else 0
     n_counters = grid[0] * grid[1] if splits > 1 else 0
-    if fused:
+    if fused and shared_bytes is not None:
+        # The weight stream quantizes x into its own shared memory: no scratch to read.
+        partials, counters = nothing, outs[0]._view((0,), (4,), dtype=_U32)
+        xq, lda, xf = outs[0]._view((1, 0, 0), (1, 1, 1), dtype=_INT8[0]), 0, x2
+        sa, sa_mode, alpha_x = nothing, SCALE_VECTOR, 1.0
+    elif fused:
         # Scratch after the split-K partials in the stream's workspace: the quantized x
         # (rows padded to 16 bytes for cp.async) and its row scales.
         ldq = -(-hidden // 16) * 16
