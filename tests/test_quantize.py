@@ -64,6 +64,20 @@ def check_q(q, x, axis):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("rows,n", CASES)
 def test_quantize_roundtrip(axis, dtype, rows, n):
+    _check_roundtrip(axis, dtype, rows, n)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("rows, n, axis", [(70000, 16, -1), (70000, 24, -1), (1001, 4100, -1),
+                                           (4099, 8200, None), (1, 2**22 + 40, None)])
+def test_quantize_many_blocks(dtype, rows, n, axis):
+    """Per column over many row blocks of the absmax pass (256 rows each, a partial last
+    one); per tensor over more blocks than one wave holds (and one long row)."""
+    _check_roundtrip(axis, dtype, rows, n)
+
+
+def _check_roundtrip(axis, dtype, rows, n):
     x = random_array((rows, n), dtype, rng=np.random.default_rng(rows * 23 + n), scale=2.0)
     ref_q, ref_s = quantize_int8_ref(x, axis)
     q = poisoned(x.shape, np.int8)

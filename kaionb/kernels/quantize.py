@@ -18,7 +18,9 @@ combine their maxima through distributed shared memory). Every other case takes 
 passes over x: an absmax reduction (block maxima merged with an atomic max on the float
 bits, which order like the floats for values ≥ 0) into a zeroed buffer, then the
 element-wise pass, which also writes the scales — per column, a small kernel between the
-two writes them and turns each column's absmax into 127 / absmax. x is read twice, so
+two writes them and turns each column's absmax into 127 / absmax. Over a contiguous x both
+passes see one long row (per column: the rows end to end, a column found as e mod K) and
+walk it grid-stride on a few blocks per SM. x is read twice, so
 per-tensor and per-column quantization move 2·|x| + |q| bytes, not the |x| + |q| of the
 one-pass form (a scale must be known before its first q). Rounding is half-to-even
 through the 2^23 + 2^22 trick (exact for |v| ≤ 2^22; v is clipped to ±127 first).
@@ -73,12 +75,24 @@ from .launch import kernel
 from .op import C_CONTIGUOUS, LAST_AXIS, Plan, fast_path, output, outputs, run
 
 TENSOR, ROW, COL = 0, 1, 2
+# The quantize pass's per-column mode over a contiguous x seen as one long row (rows end to
+# end, 16-element runs never crossing one): the column of element e is e % ncols.
+COL_FLAT = 3
 # Rows each block of the column absmax kernel folds before its atomic updates: enough for
 # about COL_BLOCKS_PER_SM blocks per SM, at most COL_MAX_ROWS_PER_BLOCK. The atomics bound
 # the kernel: H100 f16 [16384, 8192], 16 / 32 / 64 / 128 / 256 rows a block → 227 / 155 /
 # 125 / 115 / 101 µs (40 → 89% of copy); 256 was the best at every shape measured.
 COL_BLOCKS_PER_SM = 2
 COL_MAX_ROWS_PER_BLOCK = 256
+# Passes over one long row (a contiguous x per tensor, or per column with the rows end to
+# end: COL_FLAT) walk it grid-stride on a capped grid instead of one block per 16 KB. H100
+# (docs/perf-log-primitives.md, 2026-11-27 twelfth session), µs: per tensor [16384, 8192]
+# absmax f16 96.4 -> 89.9, f32 182.9 -> 175.4 at 32 blocks per SM (fewer block maxima, each
+# an atomic on one word); the quantize pass per tensor f16 163.6 -> 150.9 at 4 per SM (f32:
+# 222.9 uncapped, 225-228 capped); per column f16 204.0 -> 178.2 at 4, f32 242.3 -> 231.5
+# at 8 ([2048, 65536] 247.1 -> 237.7).
+LONG_ROW_ABSMAX_BLOCKS_PER_SM = 32
+LONG_ROW_QUANTIZE_BLOCKS_PER_SM = {(TENSOR, 2): 4, (COL_FLAT, 2): 4, (COL_FLAT, 4): 8}
 
 
 def _make_absmax_kernel(codec, name):
@@ -163,8 +177,9 @@ def _make_absmax_cols_kernel(codec, name):
 def _make_quantize_int8_kernel(codec, name):
     """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step, MAP_UNROLL
     steps per thread with their loads issued first; also writes scale = amax / 127 (each
-    group's scale by the thread that owns its first element), except per column, where
-    _column_inverses_fwd_kernel wrote the scales and left 127 / amax in ``amax``."""
+    group's scale by the thread that owns its first element), except per column (COL, or
+    COL_FLAT over rows of ``ncols`` laid end to end), where _column_inverses_fwd_kernel
+    wrote the scales and left 127 / amax in ``amax``."""
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC  # input words4 per int8 words4
@@ -173,8 +188,9 @@ def _make_quantize_int8_kernel(codec, name):
     load, unpack = codec.load, codec.unpack
     q_head, q_store = INT8.head, INT8.store
 
-    @kernel([f"void({S}[:, :], uint32[:], int8[:, :], float32[:], int64, int32)"], name=name)
-    def _quantize_int8_fwd_kernel(x, amax, q, scale, n, mode):
+    @kernel([f"void({S}[:, :], uint32[:], int8[:, :], float32[:], int64, int32, int64)"],
+            name=name)
+    def _quantize_int8_fwd_kernel(x, amax, q, scale, n, mode, ncols):
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(16, float32)
         T = int64(cuda.blockDim.x)
@@ -185,7 +201,7 @@ def _make_quantize_int8_kernel(codec, name):
             nv = (head + n + 15) // 16
             g = r if mode == ROW else int64(0)
             # Per-column mode scales the values column by column (_scale_columns).
-            inv_g = float32(1.0) if mode == COL else inverse_scale(f32_from_bits(amax[g]))
+            inv_g = float32(1.0) if mode >= COL else inverse_scale(f32_from_bits(amax[g]))
             for v0 in range(first, nv, stride):
                 for u in range(U):
                     v = v0 + u * T
@@ -201,12 +217,13 @@ def _make_quantize_int8_kernel(codec, name):
                         for k in range(SUB):
                             b = 4 * (u * SUB + k)
                             unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, k * VEC)
-                        if mode == COL:
-                            _scale_columns(f, amax, e0, n)
+                        if mode >= COL:
+                            _scale_columns(f, amax, e0 % ncols if mode == COL_FLAT else e0,
+                                           ncols)
                         q_store(q, r, e0, n, quantize_words16(f, inv_g))
                         # The thread holding element 0 of the group's first row writes its
                         # scale.
-                        if mode != COL and e0 <= 0 and (mode == ROW or r == 0):
+                        if mode < COL and e0 <= 0 and (mode == ROW or r == 0):
                             scale[g] = f32_from_bits(amax[g]) * float32(1.0 / QMAX)
 
     return _quantize_int8_fwd_kernel
@@ -482,11 +499,22 @@ def _quantize_int8_launch(op, mode, x, q, scale):
             amax, scale)
     else:
         grid, _ = map_plan(codec, xv)
+        if rows == 1:
+            grid = (min(grid[0], LONG_ROW_ABSMAX_BLOCKS_PER_SM * multiprocessor_count()), 1)
         Plan.of(_KERNELS["absmax", x.dtype], grid, (MAP_THREADS,)).launch(
             xv, amax, n, int(mode == ROW))
+    ncols = n
+    if (mode == COL and rows > 1 and n % 16 == 0 and x.is_c_contiguous and q.is_c_contiguous
+            and x.ptr % 16 == 0 and q.ptr % 16 == 0):
+        # Rows end to end: short rows no longer leave most of a block idle.
+        xv, qv, mode = flat_view(x), flat_view(q), COL_FLAT
+        rows, n = xv.shape
     grid, _ = map_plan(INT8, qv)
+    cap = LONG_ROW_QUANTIZE_BLOCKS_PER_SM.get((mode, x.itemsize))  # by (mode, input itemsize)
+    if rows == 1 and cap:
+        grid = (min(grid[0], cap * multiprocessor_count()), 1)
     Plan.of(_KERNELS["quantize_int8", x.dtype], grid, (MAP_THREADS,)).launch(
-        xv, amax, qv, scale.reshape(-1), n, mode)
+        xv, amax, qv, scale.reshape(-1), n, mode, ncols)
 
 
 @fast_path
