@@ -573,10 +573,10 @@ def _quantize(dtype, shape, axis):
     return make
 
 
-def _dequantize(dtype, axis):
+def _dequantize(dtype, axis, shape=(64, 200)):
     def make(rng):
-        q = _int8(rng, (64, 200))
-        scale_shape = {None: (), -1: (200,), 0: (64,)}[axis]
+        q = _int8(rng, shape)
+        scale_shape = {None: (), -1: shape[1:], 0: shape[:1]}[axis]
         scale = _positive(rng, scale_shape, 1e-2)
         return lambda: kaionb.dequantize_int8(q, scale, axis=axis, dtype=dtype)
     return make
@@ -621,6 +621,9 @@ def _quantize_calls():
             Call(f"quantize_int8/rows-cluster4-direct-{name}", _quantize_rows_cluster(4, dtype),
                  sm90_or_newer),
             Call(f"dequantize_int8/columns-{name}", _dequantize(dtype, -1)),
+            # Rows of a multiple of 16 elements: walked end to end as one row.
+            Call(f"quantize_int8/columns-flat-{name}", _quantize(dtype, (64, 208), -1)),
+            Call(f"dequantize_int8/rows-flat-{name}", _dequantize(dtype, 0, (64, 208))),
         ]
     calls += [
         Call("quantize_int8/rows-misaligned-f16", _quantize(F16, (64, 77), 0)),

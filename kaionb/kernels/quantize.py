@@ -30,6 +30,7 @@ exact ties.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -75,9 +76,6 @@ from .launch import kernel
 from .op import C_CONTIGUOUS, LAST_AXIS, Plan, fast_path, output, outputs, run
 
 TENSOR, ROW, COL = 0, 1, 2
-# The quantize pass's per-column mode over a contiguous x seen as one long row (rows end to
-# end, 16-element runs never crossing one): the column of element e is e % ncols.
-COL_FLAT = 3
 # Rows each block of the column absmax kernel folds before its atomic updates: enough for
 # about COL_BLOCKS_PER_SM blocks per SM, at most COL_MAX_ROWS_PER_BLOCK. The atomics bound
 # the kernel: H100 f16 [16384, 8192], 16 / 32 / 64 / 128 / 256 rows a block → 227 / 155 /
@@ -85,14 +83,19 @@ COL_FLAT = 3
 COL_BLOCKS_PER_SM = 2
 COL_MAX_ROWS_PER_BLOCK = 256
 # Passes over one long row (a contiguous x per tensor, or per column with the rows end to
-# end: COL_FLAT) walk it grid-stride on a capped grid instead of one block per 16 KB. H100
+# end: the _flat kernels) walk it grid-stride on a capped grid instead of one block per 16 KB. H100
 # (docs/perf-log-primitives.md, 2026-11-27 twelfth session), µs: per tensor [16384, 8192]
 # absmax f16 96.4 -> 89.9, f32 182.9 -> 175.4 at 32 blocks per SM (fewer block maxima, each
 # an atomic on one word); the quantize pass per tensor f16 163.6 -> 150.9 at 4 per SM (f32:
 # 222.9 uncapped, 225-228 capped); per column f16 204.0 -> 178.2 at 4, f32 242.3 -> 231.5
 # at 8 ([2048, 65536] 247.1 -> 237.7).
 LONG_ROW_ABSMAX_BLOCKS_PER_SM = 32
-LONG_ROW_QUANTIZE_BLOCKS_PER_SM = {(TENSOR, 2): 4, (COL_FLAT, 2): 4, (COL_FLAT, 4): 8}
+LONG_ROW_QUANTIZE_BLOCKS_PER_SM = {(TENSOR, 2): 4, (COL, 2): 4, (COL, 4): 8}
+# Dequantize per row / per column runs rows narrower than one block step (256 threads × 32
+# elements) end to end: a row's block left most threads idle (H100, f16 [65536, 1024]: 35%
+# of copy). Wider rows keep one block per row: finding each run's row by a division ran
+# [16384, 8192] f16 per row at 89% of copy against 95% (tenth session).
+DEQUANTIZE_FLAT_BELOW = 8192
 
 
 def _make_absmax_kernel(codec, name):
@@ -174,12 +177,15 @@ def _make_absmax_cols_kernel(codec, name):
     return _absmax_cols_fwd_kernel
 
 
-def _make_quantize_int8_kernel(codec, name):
+def _make_quantize_int8_kernel(codec, name, flat=False):
     """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step, MAP_UNROLL
     steps per thread with their loads issued first; also writes scale = amax / 127 (each
-    group's scale by the thread that owns its first element), except per column (COL, or
-    COL_FLAT over rows of ``ncols`` laid end to end), where _column_inverses_fwd_kernel
-    wrote the scales and left 127 / amax in ``amax``."""
+    group's scale by the thread that owns its first element), except per column, where
+    _column_inverses_fwd_kernel wrote the scales and left 127 / amax in ``amax``.
+
+    ``flat``: x and q are rows of ``ncols`` laid end to end as one row (contiguous, 16-byte
+    aligned, ncols % 16 == 0: no 16-element run crosses a row), an element's column e mod
+    ncols — a kernel of its own, since the 64-bit remainder costs ~10 registers."""
     VEC = codec.vec
     S = codec.storage
     SUB = 16 // VEC  # input words4 per int8 words4
@@ -201,7 +207,7 @@ def _make_quantize_int8_kernel(codec, name):
             nv = (head + n + 15) // 16
             g = r if mode == ROW else int64(0)
             # Per-column mode scales the values column by column (_scale_columns).
-            inv_g = float32(1.0) if mode >= COL else inverse_scale(f32_from_bits(amax[g]))
+            inv_g = float32(1.0) if mode == COL else inverse_scale(f32_from_bits(amax[g]))
             for v0 in range(first, nv, stride):
                 for u in range(U):
                     v = v0 + u * T
@@ -217,13 +223,12 @@ def _make_quantize_int8_kernel(codec, name):
                         for k in range(SUB):
                             b = 4 * (u * SUB + k)
                             unpack((raw[b], raw[b + 1], raw[b + 2], raw[b + 3]), f, k * VEC)
-                        if mode >= COL:
-                            _scale_columns(f, amax, e0 % ncols if mode == COL_FLAT else e0,
-                                           ncols)
+                        if mode == COL:
+                            _scale_columns(f, amax, e0 % ncols if flat else e0, ncols)
                         q_store(q, r, e0, n, quantize_words16(f, inv_g))
                         # The thread holding element 0 of the group's first row writes its
                         # scale.
-                        if mode < COL and e0 <= 0 and (mode == ROW or r == 0):
+                        if mode != COL and e0 <= 0 and (mode == ROW or r == 0):
                             scale[g] = f32_from_bits(amax[g]) * float32(1.0 / QMAX)
 
     return _quantize_int8_fwd_kernel
@@ -258,13 +263,16 @@ def _column_inverses_fwd_kernel(amax, scale):
         amax[e] = f32_to_bits(inverse_scale(a))
 
 
-def _make_dequantize_int8_kernel(codec, name):
+def _make_dequantize_int8_kernel(codec, name, flat=False):
     """out = q · scale[group]: a thread converts U runs of OV elements — one words4 of out
     (8 halves or 4 float32) from 8 or 4 bytes of q — with every load issued first. The
     runs of consecutive threads are adjacent, so each load and store instruction of a warp
     covers one contiguous span: with 16 elements a thread (one words4 of q), a warp's
     stores each filled half of every 32-byte sector they touched, and the kernel ran at
-    75-79% of copy bandwidth (H100, docs/perf-log-primitives.md)."""
+    75-79% of copy bandwidth (H100, docs/perf-log-primitives.md).
+
+    ``flat``: q and out are rows of ``ncols`` laid end to end as one row (as the quantize
+    kernel's), a run's row e0 // ncols and column e0 mod ncols."""
     OV = codec.vec
     U = 32 // OV  # runs per thread: 32 elements, as many q bytes in flight as before
     # Halves out: 4 blocks of MAP_THREADS per SM, 64 registers, which they fit only
@@ -299,9 +307,9 @@ def _make_dequantize_int8_kernel(codec, name):
                     w1 |= b << uint32(8 * (j - 4))
         return w0, w1
 
-    @kernel([f"void(int8[:, :], float32[:], {codec.storage}[:, :], int64, int32)"], name=name,
-            launch_bounds=(MAP_THREADS, BLOCKS_PER_SM) if BLOCKS_PER_SM else None)
-    def _dequantize_int8_fwd_kernel(q, scale, out, n, mode):
+    @kernel([f"void(int8[:, :], float32[:], {codec.storage}[:, :], int64, int32, int64)"],
+            name=name, launch_bounds=(MAP_THREADS, BLOCKS_PER_SM) if BLOCKS_PER_SM else None)
+    def _dequantize_int8_fwd_kernel(q, scale, out, n, mode, ncols):
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(OV, float32)
         T = int64(cuda.blockDim.x)
@@ -323,9 +331,12 @@ def _make_dequantize_int8_kernel(codec, name):
                     if u < runs:
                         e0 = u * OV - head
                         if mode == COL:
-                            column_scales(scale, e0, n, f)
+                            column_scales(scale, e0 % ncols if flat else e0, ncols, f)
                         else:
-                            s = row_scale if HOLD_SCALE else scale[r if mode == ROW else 0]
+                            if flat and mode == ROW:
+                                s = scale[e0 // ncols]
+                            else:
+                                s = row_scale if HOLD_SCALE else scale[r if mode == ROW else 0]
                             for j in range(OV):
                                 f[j] = s
                         for j in range(OV):
@@ -419,7 +430,9 @@ _FACTORIES = {
     "absmax": _make_absmax_kernel,
     "absmax_cols": _make_absmax_cols_kernel,
     "quantize_int8": _make_quantize_int8_kernel,
+    "quantize_int8_flat": functools.partial(_make_quantize_int8_kernel, flat=True),
     "dequantize_int8": _make_dequantize_int8_kernel,
+    "dequantize_int8_flat": functools.partial(_make_dequantize_int8_kernel, flat=True),
     "quantize_int8_rows": _make_quantize_rows_kernel,
 }
 _KERNELS = {(name, dt): make(c, f"_{name}_fwd_kernel_{dt.name}")
@@ -503,17 +516,16 @@ def _quantize_int8_launch(op, mode, x, q, scale):
             grid = (min(grid[0], LONG_ROW_ABSMAX_BLOCKS_PER_SM * multiprocessor_count()), 1)
         Plan.of(_KERNELS["absmax", x.dtype], grid, (MAP_THREADS,)).launch(
             xv, amax, n, int(mode == ROW))
-    ncols = n
-    if (mode == COL and rows > 1 and n % 16 == 0 and x.is_c_contiguous and q.is_c_contiguous
-            and x.ptr % 16 == 0 and q.ptr % 16 == 0):
+    ncols, name = n, "quantize_int8"
+    if mode == COL and rows > 1 and _flat_rows(n, x, q):
         # Rows end to end: short rows no longer leave most of a block idle.
-        xv, qv, mode = flat_view(x), flat_view(q), COL_FLAT
+        xv, qv, name = flat_view(x), flat_view(q), "quantize_int8_flat"
         rows, n = xv.shape
     grid, _ = map_plan(INT8, qv)
     cap = LONG_ROW_QUANTIZE_BLOCKS_PER_SM.get((mode, x.itemsize))  # by (mode, input itemsize)
     if rows == 1 and cap:
         grid = (min(grid[0], cap * multiprocessor_count()), 1)
-    Plan.of(_KERNELS["quantize_int8", x.dtype], grid, (MAP_THREADS,)).launch(
+    Plan.of(_KERNELS[name, x.dtype], grid, (MAP_THREADS,)).launch(
         xv, amax, qv, scale.reshape(-1), n, mode, ncols)
 
 
@@ -538,9 +550,19 @@ def dequantize_int8_fwd(q, scale, axis=None, dtype=np.float32, *, out=None):
 
 def _dequantize_int8_launch(op, mode, q, scale, out):
     qv, ov = _views(op, mode, q=q, out=out)
+    rows, n = qv.shape
+    ncols, name = n, "dequantize_int8"
+    if mode != TENSOR and rows > 1 and n < DEQUANTIZE_FLAT_BELOW and _flat_rows(n, q, out):
+        qv, ov, name = flat_view(q), flat_view(out), "dequantize_int8_flat"
     grid, _ = map_plan(INT8, qv)
-    Plan.of(_KERNELS["dequantize_int8", out.dtype], grid, (MAP_THREADS,)).launch(
-        qv, scale.reshape(-1), ov, qv.shape[1], mode)
+    Plan.of(_KERNELS[name, out.dtype], grid, (MAP_THREADS,)).launch(
+        qv, scale.reshape(-1), ov, qv.shape[1], mode, ncols)
+
+
+def _flat_rows(n, *arrays):
+    """Whether rows of ``n`` elements can be walked end to end as one row: every array
+    C-contiguous and 16-byte aligned, and n % 16 == 0 (no 16-element run crosses a row)."""
+    return n % 16 == 0 and all(a.is_c_contiguous and a.ptr % 16 == 0 for a in arrays)
 
 
 def quantize_int8_exact(x, axis=None):
