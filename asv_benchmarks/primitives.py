@@ -1,6 +1,6 @@
 """asv: transformer primitives (rms_norm, layer_norm, softmax, fused_silu_gate, gelu,
-INT8 quantize/dequantize per row and per column) — achieved GB/s, the ratio to torch's own op,
-and the share of a device-to-device copy's bandwidth measured in the same process (bytes:
+INT8 quantize/dequantize per row, per column and per tensor) — achieved GB/s, the ratio to
+torch's own op, and the share of a device-to-device copy's bandwidth measured in the same process (bytes:
 each input read once, the output written once)."""
 
 import kaionb
@@ -11,7 +11,8 @@ from .common import median_ms, require_gpu
 SHAPES = [(16384, 8192), (2048, 65536)]
 DTYPES = ["float16", "bfloat16"]
 OPS = ["rms_norm", "layer_norm", "softmax", "fused_silu_gate", "gelu", "gelu_tanh",
-       "quantize_int8", "dequantize_int8", "quantize_int8_col", "dequantize_int8_col"]
+       "quantize_int8", "dequantize_int8", "quantize_int8_col", "dequantize_int8_col",
+       "quantize_int8_tensor"]
 
 
 class Primitives:
@@ -40,6 +41,7 @@ class Primitives:
         q, s = torch.from_dlpack(kq), torch.from_dlpack(ks)
         kqc, ksc = quantize_int8(kx, -1)  # per column (channel) scales
         qc, sc = torch.from_dlpack(kqc), torch.from_dlpack(ksc)
+        kqt, kst = quantize_int8(kx)  # one scale for the tensor
         nb = x.numel() * x.element_size()
         n = shape[-1]
         self.ours, self.theirs, self.nbytes = {
@@ -66,6 +68,10 @@ class Primitives:
             "dequantize_int8_col": (lambda: dequantize_int8(kqc, ksc, -1, ko.dtype, out=ko),
                                     lambda: qc.to(tdt) * sc[None, :].to(tdt),
                                     nb + x.numel()),
+            "quantize_int8_tensor": (lambda: quantize_int8(kx, out=(kqt, kst)),
+                                     lambda: torch.clamp(torch.round(x / (x.abs().amax() / 127)),
+                                                         -127, 127).to(torch.int8),
+                                     nb + x.numel()),
         }[op]
         copy_dst = torch.empty_like(x)
         self.copy = lambda: copy_dst.copy_(x)  # reads and writes 2 * nb bytes
