@@ -1,7 +1,7 @@
-"""asv: transformer primitives (rms_norm, layer_norm, softmax, fused_silu_gate, gelu,
-INT8 quantize/dequantize per row, per column and per tensor) — achieved GB/s, the ratio to
-torch's own op, and the share of a device-to-device copy's bandwidth measured in the same process (bytes:
-each input read once, the output written once)."""
+"""asv: transformer primitives (rms_norm, layer_norm, softmax, fused_silu_gate, gelu, INT8
+quantize/dequantize per row, per column and per tensor) — achieved GB/s, the ratio to
+torch's own op, and the share of a device-to-device copy's bandwidth measured in the same
+process (bytes: each input read once, the output written once)."""
 
 import kaionb
 
