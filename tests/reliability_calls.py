@@ -624,6 +624,7 @@ def _quantize_calls():
             # Rows of a multiple of 16 elements: walked end to end as one row.
             Call(f"quantize_int8/columns-flat-{name}", _quantize(dtype, (64, 208), -1)),
             Call(f"dequantize_int8/rows-flat-{name}", _dequantize(dtype, 0, (64, 208))),
+            Call(f"dequantize_int8/columns-flat-{name}", _dequantize(dtype, -1, (64, 208))),
         ]
     calls += [
         Call("quantize_int8/rows-misaligned-f16", _quantize(F16, (64, 77), 0)),

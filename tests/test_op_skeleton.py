@@ -149,6 +149,54 @@ def test_column_absmax_rows_per_block(launches, shape, grid, rows_per_block):
     assert got_grid[1] * args[-1] >= shape[0]  # every row in some block
 
 
+@pytest.mark.parametrize("dtype, kernel, grid", [
+    (np.float16, "quantize_int8_fwd_kernel_float16", (528, 1)),    # halves: 4 blocks per SM
+    (np.float32, "quantize_int8_fwd_kernel_float32", (8192, 1)),   # float32: one per 16 KB
+])
+def test_per_tensor_passes_walk_one_capped_row(launches, dtype, kernel, grid):
+    """Per tensor over a contiguous x: one long row, the absmax on at most 32 blocks per SM
+    (132 SMs), the quantize pass capped for halves only."""
+    x = fake((16384, 8192), dtype)
+    quantize_int8(x, out=(fake((16384, 8192), np.int8), fake(())))
+    (absmax, absmax_grid, *_), (name, quantize_grid, _, _, args) = launches
+    assert absmax.startswith("_absmax_fwd_kernel") and absmax_grid == (4224, 1)
+    assert name == "_" + kernel and quantize_grid == grid
+    assert args[0].shape == (1, 16384 * 8192) and args[-3:] == (16384 * 8192, 0, 16384 * 8192)
+
+
+@pytest.mark.parametrize("x, q, kernel, n, ncols", [
+    # Rows of a multiple of 16 elements, contiguous and aligned: end to end, capped.
+    (fake((64, 208), np.float16), fake((64, 208), np.int8), "_flat", 64 * 208, 208),
+    (fake((4, 33, 64)), fake((4, 33, 64), np.int8), "_flat", 4 * 33 * 64, 64),
+    # 200 % 16 != 0, or a strided x: one block per row, as before.
+    (fake((64, 200), np.float16), fake((64, 200), np.int8), "", 200, 200),
+    (fake((64, 416), np.float16)[:, :208], fake((64, 208), np.int8), "", 208, 208),
+])
+def test_per_column_quantize_pass_end_to_end(launches, x, q, kernel, n, ncols):
+    quantize_int8(x, axis=-1, out=(q, fake((x.shape[-1],))))
+    name, grid, _, _, args = launches[-1]
+    assert name == f"_quantize_int8{kernel}_fwd_kernel_{x.dtype.name}"
+    assert args[-3:] == (n, quantize.COL, ncols)
+    if kernel:
+        assert args[0].shape == (1, n) and grid[1] == 1 and grid[0] <= 4 * 132
+
+
+@pytest.mark.parametrize("shape, axis, flat", [
+    ((64, 4096), 0, True), ((64, 4096), -1, True), ((3, 8176), 0, True),
+    ((64, 8192), 0, False),   # a row fills a block step: one block per row
+    ((64, 200), 0, False),    # 200 % 16 != 0
+    ((1, 4096), 0, False),    # one row: nothing to put end to end
+])
+def test_dequantize_narrow_rows_end_to_end(launches, shape, axis, flat):
+    scale = fake((shape[0] if axis == 0 else shape[1],))
+    dequantize_int8(fake(shape, np.int8), scale, axis, np.float16, out=fake(shape, np.float16))
+    (name, grid, _, _, args), = launches
+    assert name == "_dequantize_int8" + ("_flat" if flat else "") + "_fwd_kernel_float16"
+    mode = quantize.ROW if axis == 0 else quantize.COL
+    rows, n = shape
+    assert args[-3:] == ((rows * n, mode, n) if flat else (n, mode, n))
+
+
 # -- the empty rule ---------------------------------------------------------------------
 
 EMPTY_CALLS = {

@@ -85,7 +85,7 @@ def _cp_async_kernel(fn):
 def k_ld_global(u, f):
     a = P.ld_global_v4_u32(P.global_addr(u, 4))
     b = P.ld_global_nc_v4_u32(P.global_addr(u, 8))
-    c = P.ld_global_nc_stream_v4_u32(P.global_addr(u, 12))
+    c = P.ld_global_nc_stream_v4_u32(P.global_addr(u, 16))  # words no store here touches
     x = P.ld_global_v4_f32(P.global_addr(f, 4))
     y = P.ld_global_nc_v4_f32(P.global_addr(f, 8))
     P.st_global_v4_u32(P.global_addr(u, 0), (a[0], b[1], c[2], b[3]))
@@ -257,7 +257,8 @@ CASES = {
     "ld_st_global": (
         k_ld_global,
         ["ld.global.v4.u32", "ld.global.nc.v4.u32", "ld.global.v4.f32", "ld.global.nc.v4.f32",
-         "ld.global.nc.u32", "st.global.v4.u32", "st.global.v4.f32", "st.global.b32"],
+         "ld.global.nc.u32", "ld.global.nc.L1::no_allocate.L2::256B.v4.u32", "st.global.v4.u32",
+         "st.global.v4.f32", "st.global.b32"],
         False,
     ),
     "shared_vec": (

@@ -64,21 +64,24 @@ def check_q(q, x, axis):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("rows,n", CASES)
 def test_quantize_roundtrip(axis, dtype, rows, n):
-    _check_roundtrip(axis, dtype, rows, n)
+    _check_roundtrip(axis, dtype, (rows, n))
 
 
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("rows, n, axis", [(70000, 16, -1), (70000, 24, -1), (1001, 4100, -1),
-                                           (4099, 8200, None), (1, 2**22 + 40, None)])
-def test_quantize_many_blocks(dtype, rows, n, axis):
+@pytest.mark.parametrize("shape, axis", [
+    ((70000, 16), -1), ((70000, 24), -1), ((1001, 4100), -1), ((4099, 8200), None),
+    ((1, 2**22 + 40), None), ((65536, 16), 0), ((4, 33, 64), -1)], ids=str)
+def test_quantize_many_blocks(dtype, shape, axis):
     """Per column over many row blocks of the absmax pass (256 rows each, a partial last
-    one); per tensor over more blocks than one wave holds (and one long row)."""
-    _check_roundtrip(axis, dtype, rows, n)
+    one) and rows end to end (K % 16 == 0, also of a 3-D x); per tensor over more blocks
+    than one wave holds (and one long row); dequantize of many short rows end to end."""
+    _check_roundtrip(axis, dtype, shape)
 
 
-def _check_roundtrip(axis, dtype, rows, n):
-    x = random_array((rows, n), dtype, rng=np.random.default_rng(rows * 23 + n), scale=2.0)
+def _check_roundtrip(axis, dtype, shape):
+    x = random_array(shape, dtype, rng=np.random.default_rng(shape[0] * 23 + shape[-1]),
+                     scale=2.0)
     ref_q, ref_s = quantize_int8_ref(x, axis)
     q = poisoned(x.shape, np.int8)
     s = poisoned(ref_s.shape, np.float32)
@@ -119,10 +122,12 @@ def test_dequantize_misaligned_rows(axis, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape, axis", [((65536, 8), 0), ((65536, 8), -1), ((257, 1000), 0),
                                          ((257, 1000), -1), ((3, 4096), 0),
-                                         ((4, 33, 64), -1)], ids=str)
+                                         ((4, 33, 64), -1), ((65536, 16), 0),
+                                         ((65536, 16), -1)], ids=str)
 def test_dequantize_short_rows_and_channels(dtype, shape, axis):
     """Per-row and per-column scales where each block loops over many rows of one or two
-    runs (65536 rows of 8), over rows shorter than a block's step (1000, 4096), and a 3-D
+    runs (65536 rows of 8; of 16, walked end to end), over rows shorter than a block's step
+    (1000, 4096), and a 3-D
     q with per-channel scales."""
     rng = np.random.default_rng(sum(shape))
     host = rng.integers(-128, 128, size=shape, dtype=np.int8)

@@ -117,9 +117,13 @@ FOLD_GROUP = {"decode16": 8, "decode64": 8, "large": 2}
 # at M = 1; docs/perf-log-matmul.md #16).
 STREAM_MIN_BLOCKS_PER_SM = 1.0
 # From this many bytes of K the weight stream asks L2 for whole 256-byte blocks of the
-# weights (helpers.weight_stream's ``prefetch``). H100, int8 M = 16 (docs/perf-log-matmul.md
-# #17): K = 8192 90.1 -> 86.9 µs (N = 28672), 49.4 -> 48.4 (N = 14336); K = 4096 equal
-# (N = 14336) or worse (N = 6144: 12.0 -> 13.3); K = 2048 51.6 -> 54.9.
+# weights (helpers.weight_stream's ``prefetch``), for both block shapes. H100, weights from
+# HBM (docs/perf-log-matmul.md #17), the 16-row block (M > 8): K = 8192 90.1 -> 86.9 µs (N =
+# 28672), 49.4 -> 48.4 (N = 14336); K = 4096 equal (N = 14336) or worse (N = 6144: 12.0 ->
+# 13.3); K = 2048 51.6 -> 54.9. The 8-row block (half the warps: twice the run per warp)
+# gains below it too (K = 2048: 43.3 -> 41.9; K = 4096: 23.3 -> 22.8) but loses on weights
+# that stay in L2 (K = 4096, N = 6144 replayed: 7.0 -> 7.4): one threshold for both. The
+# QKV stream kernels (K = hidden) keep the plain loads.
 STREAM_PREFETCH_MIN_K_BYTES = 8192
 # Output kinds (helpers.epilogue): a runtime flag, one kernel serves every out dtype.
 _OUT_KIND = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16, bfloat16: OUT_BF16}

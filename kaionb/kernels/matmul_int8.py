@@ -562,13 +562,14 @@ def _qkv_launch(op, x2, fused, sx, weights, widths, scales, biases, outs, sms) -
     m, hidden = x2.shape
     n_q, n_kv = widths[0], widths[1]
     parts = [_kmajor_operands(op, x2, w) for w in weights]
-    # The kernels' 16-byte loads read x and the weights alike (the fused variants read x
-    # from padded scratch): vectors only where both are aligned — weights of one column
-    # get a padded row stride, so aligned weights do not make an aligned x (K = 141).
+    # The kernels' 16-byte loads read x and the weights alike (the fused split-K variant
+    # reads x from padded scratch; the fused stream checks x itself, x_ok): vectors only
+    # where both are aligned — weights of one column get a padded row stride, so aligned
+    # weights do not make an aligned x (K = 141).
     vec_ok = all(_aligned(p.b, p.ldb) for p in parts) and (
         fused or _aligned(parts[0].a, parts[0].lda))
     loads = "async" if vec_ok else "sync"
-    if fused and loads != "async":  # the fused variants read x through cp.async only
+    if fused and loads != "async":  # the fused split-K variant reads x by cp.async only
         xq, x_scale = quantize_int8(x2, axis=0)
         return _qkv_launch(op, xq, False, (1.0, x_scale, SCALE_VECTOR), weights, widths,
                            scales, biases, outs, sms)

@@ -18,9 +18,11 @@ combine their maxima through distributed shared memory). Every other case takes 
 passes over x: an absmax reduction (block maxima merged with an atomic max on the float
 bits, which order like the floats for values ≥ 0) into a zeroed buffer, then the
 element-wise pass, which also writes the scales — per column, a small kernel between the
-two writes them and turns each column's absmax into 127 / absmax. Over a contiguous x both
-passes see one long row (per column: the rows end to end, a column found as e mod K) and
-walk it grid-stride on a few blocks per SM. x is read twice, so
+two writes them and turns each column's absmax into 127 / absmax. Per tensor over a
+contiguous x, both passes walk it as one long row, grid-stride on a capped grid; per
+column, the element-wise pass does so too where x and q are contiguous, 16-byte aligned
+and K % 16 == 0 (the rows end to end, a column found as e mod K), as does dequantize for
+rows narrower than a block step. x is read twice, so
 per-tensor and per-column quantization move 2·|x| + |q| bytes, not the |x| + |q| of the
 one-pass form (a scale must be known before its first q). Rounding is half-to-even
 through the 2^23 + 2^22 trick (exact for |v| ≤ 2^22; v is clipped to ±127 first).
@@ -178,7 +180,7 @@ def _make_absmax_cols_kernel(codec, name):
 
 
 def _make_quantize_int8_kernel(codec, name, flat=False):
-    """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step, MAP_UNROLL
+    """q = rint(x · 127 / amax[group]), 16 elements (one int8 words4) per step, U (2)
     steps per thread with their loads issued first; also writes scale = amax / 127 (each
     group's scale by the thread that owns its first element), except per column, where
     _column_inverses_fwd_kernel wrote the scales and left 127 / amax in ``amax``.
@@ -517,7 +519,7 @@ def _quantize_int8_launch(op, mode, x, q, scale):
         Plan.of(_KERNELS["absmax", x.dtype], grid, (MAP_THREADS,)).launch(
             xv, amax, n, int(mode == ROW))
     ncols, name = n, "quantize_int8"
-    if mode == COL and rows > 1 and _flat_rows(n, x, q):
+    if mode == COL and rows > 1 and _end_to_end(n, x, q):
         # Rows end to end: short rows no longer leave most of a block idle.
         xv, qv, name = flat_view(x), flat_view(q), "quantize_int8_flat"
         rows, n = xv.shape
@@ -552,14 +554,14 @@ def _dequantize_int8_launch(op, mode, q, scale, out):
     qv, ov = _views(op, mode, q=q, out=out)
     rows, n = qv.shape
     ncols, name = n, "dequantize_int8"
-    if mode != TENSOR and rows > 1 and n < DEQUANTIZE_FLAT_BELOW and _flat_rows(n, q, out):
+    if mode != TENSOR and rows > 1 and n < DEQUANTIZE_FLAT_BELOW and _end_to_end(n, q, out):
         qv, ov, name = flat_view(q), flat_view(out), "dequantize_int8_flat"
     grid, _ = map_plan(INT8, qv)
     Plan.of(_KERNELS[name, out.dtype], grid, (MAP_THREADS,)).launch(
         qv, scale.reshape(-1), ov, qv.shape[1], mode, ncols)
 
 
-def _flat_rows(n, *arrays):
+def _end_to_end(n, *arrays):
     """Whether rows of ``n`` elements can be walked end to end as one row: every array
     C-contiguous and 16-byte aligned, and n % 16 == 0 (no 16-element run crosses a row)."""
     return n % 16 == 0 and all(a.is_c_contiguous and a.ptr % 16 == 0 for a in arrays)

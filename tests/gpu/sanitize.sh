@@ -11,7 +11,8 @@
 # 8; the sanitizers' work is mostly on the CPU); a process still running after
 # $SANITIZE_TIMEOUT seconds (default 150; the plain run gets at least 300, it may compile)
 # is stopped. $SANITIZE_ONLY (a regex) runs only the entries whose name matches it (e.g.
-# "stream" after a change to the weight-stream kernels). Logs go to $1 (default /tmp/sanitize): per tool and shard, <tool>-<i>.log
+# "stream" after a change to the weight-stream kernels; none matching is an error). Logs go
+# to $1 (default /tmp/sanitize): per tool and shard, <tool>-<i>.log
 # (entry markers, the sanitizer's reports), .json (kernels launched) and .rc (exit
 # status). The end prints, per tool, the errors found and the kernels covered
 # (tests/gpu/sanitize_driver.py summary). Exit status 1 if a tool reported an error or a

@@ -46,8 +46,11 @@ REPORT = re.compile(r"^========= (?!ERROR SUMMARY|RACECHECK SUMMARY|COMPUTE-SANI
 
 def run(shard: str, coverage_file: str | None, only: str | None = None) -> int:
     cc = compute_capability()
-    entries = rc.shard([e for e in rc.calls() if only is None or re.search(only, e.name)],
-                       shard)
+    chosen = [e for e in rc.calls() if only is None or re.search(only, e.name)]
+    if not chosen:
+        print(f"no entry of the reliability table matches --only {only!r}", flush=True)
+        return 1
+    entries = rc.shard(chosen, shard)
     launched, failed, skipped = {}, [], []
     for entry in entries:
         if not entry.runs_on(cc):
