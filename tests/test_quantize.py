@@ -127,8 +127,7 @@ def test_dequantize_misaligned_rows(axis, dtype):
 def test_dequantize_short_rows_and_channels(dtype, shape, axis):
     """Per-row and per-column scales where each block loops over many rows of one or two
     runs (65536 rows of 8; of 16, walked end to end), over rows shorter than a block's step
-    (1000, 4096), and a 3-D
-    q with per-channel scales."""
+    (1000, 4096), and a 3-D q with per-channel scales."""
     rng = np.random.default_rng(sum(shape))
     host = rng.integers(-128, 128, size=shape, dtype=np.int8)
     s = rng.uniform(0.5, 2.0, size=shape[axis]).astype(np.float32)
