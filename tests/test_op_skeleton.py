@@ -133,20 +133,24 @@ def test_quantize_out_pair_is_written_in_place(launches):
     assert launches[1][1] == (1,) and launches[1][4][1] is scale  # the scales, by column
 
 
-@pytest.mark.parametrize("shape, grid, rows_per_block", [
-    ((4, 8), (1, 1), 4),                  # a whole group of MAP_UNROLL rows at least
-    ((1024, 8192), (5, 52), 20),          # about 2 blocks per SM (132 SMs)
-    ((16384, 8192), (5, 64), 256),        # at most 256 rows a block (the atomics bound it)
-    ((65536, 1024), (1, 261), 252),
-    ((20_000_000, 8), (1, 64936), 308),   # at most 65535 row blocks
+@pytest.mark.parametrize("shape, grid, rows_per_block, row_threads", [
+    ((4, 8), (1, 1), 256, 4),              # 3 words4 a row: 64 groups of 4 threads a block
+    ((1024, 8192), (5, 52), 20, 256),      # about 2 blocks per SM (132 SMs)
+    ((16384, 8192), (5, 64), 256, 256),    # at most 256 rows a thread (the atomics bound it)
+    ((65536, 1024), (1, 261), 252, 256),
+    ((262144, 256), (1, 261), 1008, 64),   # 4 groups of 64 threads, 252 rows each
+    ((20_000_000, 8), (1, 1221), 16384, 4),
+    ((20_000_000, 2048), (2, 64936), 308, 256),  # at most 65535 row blocks
 ])
-def test_column_absmax_rows_per_block(launches, shape, grid, rows_per_block):
+def test_column_absmax_rows_per_block(launches, shape, grid, rows_per_block, row_threads):
     quantize_int8(fake(shape, np.float16), axis=-1,
                   out=(fake(shape, np.int8), fake((shape[1],))))
     name, got_grid, block, _, args = launches[0]
     assert name == "_absmax_cols_fwd_kernel_float16"
-    assert got_grid == grid and args[-1] == rows_per_block
-    assert got_grid[1] * args[-1] >= shape[0]  # every row in some block
+    assert got_grid == grid and args[-2:] == (rows_per_block, row_threads)
+    assert got_grid[1] * args[-2] >= shape[0]  # every row in some block
+    groups = 256 // row_threads
+    assert got_grid[0] * row_threads * 8 >= shape[1] and rows_per_block % (4 * groups) == 0
 
 
 @pytest.mark.parametrize("dtype, kernel, grid", [

@@ -140,20 +140,24 @@ def _make_absmax_kernel(codec, name):
 
 
 def _make_absmax_cols_kernel(codec, name):
-    """amax[e] = max_r |x[r, e]|: each thread folds ``rows_per_block`` rows of one words4,
-    MAP_UNROLL rows' loads in flight."""
+    """amax[e] = max_r |x[r, e]|: each thread folds rows of one words4, MAP_UNROLL rows'
+    loads in flight. A block's threads form groups of ``row_threads`` (a power of two, so
+    a narrow row does not leave most of them idle); group g folds rows r0 + g, r0 + g +
+    groups, ... of the block's ``rows_per_block``."""
     VEC = codec.vec
     S = codec.storage
     U = MAP_UNROLL
     RAW = 4 * U
     load, head_of, unpack = codec.load, codec.head, codec.unpack
 
-    @kernel([f"void({S}[:, :], uint32[:], int32, int32)"], name=name)
-    def _absmax_cols_fwd_kernel(x, amax, n, rows_per_block):
+    @kernel([f"void({S}[:, :], uint32[:], int32, int32, int32)"], name=name)
+    def _absmax_cols_fwd_kernel(x, amax, n, rows_per_block, row_threads):
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(VEC, float32)
         m = cuda.local.array(VEC, float32)
-        v = int32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        tid = int32(cuda.threadIdx.x)
+        groups = int32(cuda.blockDim.x) // row_threads
+        v = int32(cuda.blockIdx.x) * row_threads + tid % row_threads
         r0 = int32(cuda.blockIdx.y) * rows_per_block
         r_end = min(r0 + rows_per_block, int32(x.shape[0]))
         head = head_of(x, r0)
@@ -162,9 +166,10 @@ def _make_absmax_cols_kernel(codec, name):
             return
         for j in range(VEC):
             m[j] = float32(0.0)
-        for rb in range(r0, r_end, U):
+        for rb in range(r0 + tid // row_threads, r_end, U * groups):
             for u in range(U):  # rows past the end read as 0 and change no maximum
-                words = load(x, rb + u, e0, n, 0) if rb + u < r_end else (
+                r = rb + u * groups
+                words = load(x, r, e0, n, 0) if r < r_end else (
                     uint32(0), uint32(0), uint32(0), uint32(0))
                 for i in range(4):
                     raw[4 * u + i] = words[i]
@@ -503,13 +508,19 @@ def _quantize_int8_launch(op, mode, x, q, scale):
             return
     amax = zeros(scale.size, np.uint32)
     if mode == COL:
-        blocks_x = -(-(n // codec.vec + 2) // MAP_THREADS)
+        # Threads per row: the row's words4 (+2 for a misaligned head and tail), rounded up
+        # to a power of two, at most a block; the other threads of a block fold other rows.
+        vectors = n // codec.vec + 2
+        row_threads = min(MAP_THREADS, 1 << (vectors - 1).bit_length())
+        groups = MAP_THREADS // row_threads
+        blocks_x = -(-vectors // row_threads)
         per_block = -(-rows * blocks_x // (COL_BLOCKS_PER_SM * multiprocessor_count()))
-        per_block = min(COL_MAX_ROWS_PER_BLOCK, round_up(max(per_block, 1), MAP_UNROLL))
+        per_block = min(COL_MAX_ROWS_PER_BLOCK * groups,
+                        round_up(max(per_block, 1), MAP_UNROLL * groups))
         # ... and no more than MAX_GRID_Y row blocks (a block folds any number of rows).
-        per_block = max(per_block, round_up(-(-rows // MAX_GRID_Y), MAP_UNROLL))
+        per_block = max(per_block, round_up(-(-rows // MAX_GRID_Y), MAP_UNROLL * groups))
         Plan.of(_KERNELS["absmax_cols", x.dtype], (blocks_x, -(-rows // per_block)),
-                (MAP_THREADS,)).launch(xv, amax, n, per_block)
+                (MAP_THREADS,)).launch(xv, amax, n, per_block, row_threads)
         Plan.of(_column_inverses_fwd_kernel, (-(-n // MAP_THREADS),), (MAP_THREADS,)).launch(
             amax, scale)
     else:
