@@ -143,7 +143,9 @@ def _make_absmax_cols_kernel(codec, name):
     """amax[e] = max_r |x[r, e]|: each thread folds rows of one words4, MAP_UNROLL rows'
     loads in flight. A block's threads form groups of ``row_threads`` (a power of two, so
     a narrow row does not leave most of them idle); group g folds rows r0 + g, r0 + g +
-    groups, ... of the block's ``rows_per_block``."""
+    groups, ... of the block's ``rows_per_block``, and the groups' maxima meet in shared
+    memory before the first group's atomics (one atomic a column a block, as with one
+    group)."""
     VEC = codec.vec
     S = codec.storage
     U = MAP_UNROLL
@@ -152,6 +154,7 @@ def _make_absmax_cols_kernel(codec, name):
 
     @kernel([f"void({S}[:, :], uint32[:], int32, int32, int32)"], name=name)
     def _absmax_cols_fwd_kernel(x, amax, n, rows_per_block, row_threads):
+        part = cuda.shared.array((MAP_THREADS, VEC), float32)  # each thread's maxima
         raw = cuda.local.array(RAW, uint32)
         f = cuda.local.array(VEC, float32)
         m = cuda.local.array(VEC, float32)
@@ -162,11 +165,10 @@ def _make_absmax_cols_kernel(codec, name):
         r_end = min(r0 + rows_per_block, int32(x.shape[0]))
         head = head_of(x, r0)
         e0 = v * VEC - head
-        if e0 >= n:
-            return
         for j in range(VEC):
             m[j] = float32(0.0)
-        for rb in range(r0 + tid // row_threads, r_end, U * groups):
+        # Threads past the row fold nothing (no early exit: the groups meet at a barrier).
+        for rb in range(r0 + tid // row_threads, r_end if e0 < n else r0, U * groups):
             for u in range(U):  # rows past the end read as 0 and change no maximum
                 r = rb + u * groups
                 words = load(x, r, e0, n, 0) if r < r_end else (
@@ -177,9 +179,17 @@ def _make_absmax_cols_kernel(codec, name):
                 unpack((raw[4 * u], raw[4 * u + 1], raw[4 * u + 2], raw[4 * u + 3]), f, 0)
                 for j in range(VEC):
                     m[j] = max(m[j], abs(f[j]))
-        for j in range(VEC):
-            if 0 <= e0 + j < n:
-                cuda.atomic.max(amax, e0 + j, f32_to_bits(m[j]))
+        if groups > 1:
+            for j in range(VEC):
+                part[tid, j] = m[j]
+            cuda.syncthreads()
+            for g in range(1, groups if tid < row_threads else 1):
+                for j in range(VEC):
+                    m[j] = max(m[j], part[tid + g * row_threads, j])
+        if tid < row_threads:
+            for j in range(VEC):
+                if 0 <= e0 + j < n:
+                    cuda.atomic.max(amax, e0 + j, f32_to_bits(m[j]))
 
     return _absmax_cols_fwd_kernel
 
