@@ -22,10 +22,10 @@ two writes them and turns each column's absmax into 127 / absmax. Per tensor ove
 contiguous x, both passes walk it as one long row, grid-stride on a capped grid; per
 column, the element-wise pass does so too where x and q are contiguous, 16-byte aligned
 and K % 16 == 0 (the rows end to end, a column found as e mod K), as does dequantize for
-rows narrower than a block step. x is read twice, so
-per-tensor and per-column quantization move 2·|x| + |q| bytes, not the |x| + |q| of the
-one-pass form (a scale must be known before its first q). Rounding is half-to-even
-through the 2^23 + 2^22 trick (exact for |v| ≤ 2^22; v is clipped to ±127 first).
+rows narrower than a block step. x is read twice, so per-tensor and per-column
+quantization move 2·|x| + |q| bytes, not the |x| + |q| of the one-pass form (a scale
+must be known before its first q). Rounding is half-to-even through the 2^23 + 2^22
+trick (exact for |v| ≤ 2^22; v is clipped to ±127 first).
 q = rint(x · (127 / max)) in float32 can differ by one step from the float64 reference at
 exact ties.
 """
