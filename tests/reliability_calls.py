@@ -157,8 +157,9 @@ def _matmul_mma(operand, a_kmajor, b_kmajor, loads, tile):
 
 
 def _matmul_wgmma(dtype, a_kmajor, b_kmajor, tile):
-    """One Hopper variant, forced: 16-bit results (staged TMA store) for wide, float32
-    (stored from registers) for narrow.
+    """One Hopper variant, forced: 16-bit results (staged TMA store) for wide and split
+    (K = 1000 in 3 splits: partials, arrival counters, the fold), float32 (stored from
+    registers) for narrow.
 
     compute-sanitizer's initcheck does not count a TMA store (cp.async.bulk.tensor) as a
     write: reading back a wide result flagged every element (2026-11-26, H200, CUDA 13).
@@ -171,17 +172,21 @@ def _matmul_wgmma(dtype, a_kmajor, b_kmajor, tile):
             return lambda: mm.matmul_fwd("matmul", a, b, loads="wgmma", tile=tile, dtype=F32)
         return make
 
+    split = tile in mh.SPLIT_TILES
+    k = 1000 if split else 200
+
     def make_wide(rng):
-        a = _matrix(rng, (136, 200), dtype, transposed=not a_kmajor)
-        b = _matrix(rng, (200, 264), dtype, transposed=b_kmajor)
+        a = _matrix(rng, (136, k), dtype, transposed=not a_kmajor)
+        b = _matrix(rng, (k, 264), dtype, transposed=b_kmajor)
         out = kaionb.empty((136, 264), dtype)
 
         def call():
             out.fill(np.nan)
-            mm.matmul_fwd("matmul", a, b, loads="wgmma", tile=tile, out=out)
+            mm.matmul_fwd("matmul", a, b, loads="wgmma", tile=tile, out=out,
+                          splits=3 if split else None)
             unwritten = int(np.isnan(out.get().astype(F32)).sum())
             if unwritten:
-                raise AssertionError(f"wide wgmma matmul left {unwritten} elements unwritten")
+                raise AssertionError(f"{tile} wgmma matmul left {unwritten} elements unwritten")
             return out
         return call
     return make_wide

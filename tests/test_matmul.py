@@ -279,7 +279,20 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(2048, 2048, 132) == "wide"  # 128 tiles: 0.97 of a wave
     assert mh.choose_tile(1024, 1024, 132) == "narrow"  # 64 narrow tiles
     assert mh.choose_tile(1, 4096, 132) is None  # decode: mma.sync with split-K
-    assert mh.choose_tile(128, 4096, 132) is None
+    assert mh.choose_tile(128, 4096, 132) is None  # no K given (s8): no split tile
+    # 16-bit: few narrow tiles and M > 16 split K, one work item per SM.
+    assert mh.choose_tile(128, 4096, 132, 4096) == "split"
+    assert mh.split_count(128, 4096, 4096, 132) == (4, 16)  # 32 tiles × 4 splits
+    assert mh.choose_tile(256, 4096, 132, 4096) == "split"  # 64 narrow tiles: 2 splits
+    assert mh.split_count(256, 4096, 4096, 132) == (2, 32)
+    assert mh.choose_tile(512, 4096, 132, 4096) == "narrow"
+    assert mh.choose_tile(16, 4096, 132, 4096) is None  # M ≤ 16: stream or decode tiles
+    assert mh.choose_tile(17, 4096, 132, 4096) == "split"
+    assert mh.choose_tile(128, 4096, 132, 256) is None  # 4 k-tiles: no second split
+    assert mh.choose_tile(64, 64, 132, 64) is None
+    # Splits of at least MIN_SPLIT_KTILES k-tiles, the last one possibly shorter.
+    assert mh.split_count(64, 1000, 3000, 132) == (10, 5)  # 47 k-tiles: 9 × 5 + 2
+    assert mh.split_count(64, 128, 520, 132) == (2, 5)  # 9 k-tiles: 5 + 4
 
 
 def test_wgmma_plan_cache_host_logic(monkeypatch):
@@ -288,7 +301,8 @@ def test_wgmma_plan_cache_host_logic(monkeypatch):
     operands (another address or layout) get plans of their own."""
     launched, ran = [], []
 
-    def launch(dtype, tile, sa, lda, a_kmajor, sb, ldb, b_kmajor, out, m, n, k, kind, shape):
+    def launch(dtype, tile, sa, lda, a_kmajor, sb, ldb, b_kmajor, out, m, n, k, kind, shape,
+               splits):
         launched.append((tile, a_kmajor, b_kmajor, kind))
         return mh.LaunchPlan(None, 0, 2, None, None, m, n, k, shape)
 
@@ -321,7 +335,8 @@ def test_wgmma_plan_cache_host_logic(monkeypatch):
 
 def test_wgmma_kernels_registered():
     # f16 and bf16 in all four layouts; s8 K-major only.
-    assert len(mh._KERNELS) == (2 * 4 + 1) * len(mh.TILES)
+    assert len(mh._KERNELS) == (2 * 4 + 1) * len(mh.TILES) - len(mh.SPLIT_TILES)
+    assert not any(key[0] == "s8" and key[3] in mh.SPLIT_TILES for key in mh._KERNELS)
     assert {key[1:3] for key in mh._KERNELS if key[0] == "s8"} == {(True, True)}
     assert mh.geometry("s8", "wide")[2] == 2 * mh.geometry("f16", "wide")[2]
     assert all(k.arch_specific and k.check_archs() == {(9, 0, "a"): "sm_90a"}
@@ -588,20 +603,43 @@ def test_wgmma_bit_identical_repeats():
 
 @gpu
 @hopper
+@pytest.mark.parametrize("splits", [None, 1, 3, 1000])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m, n, k", [(8, 264, 4040), (72, 1032, 1000), (200, 520, 8200)])
+def test_wgmma_split_k(m, n, k, layout, splits):
+    """The split tile for any split count (1000: clamped to one k-tile each), K not a
+    multiple of the k-tile, M inside one tile or across two: float32 and 16-bit outputs
+    match float64, and repeats give the same bits (the fold adds in split order)."""
+    fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(F16,), loads="wgmma", out=out,
+                                           tile="split", splits=splits)
+    fwd.__name__ = f"matmul_fwd[wgmma,split,{splits}]"
+    rng = np.random.default_rng(m + k)
+    da, db, first = check_matmul(fwd, m, n, k, F16, layout, rng=rng)
+    again = poisoned((m, n), np.float32)
+    fwd(da, db, again)
+    assert np.array_equal(first.view(np.uint8), again.get().view(np.uint8))
+    check_matmul(fwd, m, n, k, F16, layout, out_dtype=F16, rng=rng)
+
+
+@gpu
+@hopper
 def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
     """The public entries launch the Hopper kernel for a GPU-filling aligned shape and the
     mma.sync kernels otherwise (unaligned rows, or a grid under half a wave)."""
     launched = []
     real = mh.launch
-    monkeypatch.setattr(mh, "launch", lambda *args: launched.append(args[1]) or real(*args))
+    monkeypatch.setattr(mh, "launch",
+                        lambda *args, **kw: launched.append(args[1]) or real(*args, **kw))
     for fn in (mm.matmul_tc, mm.matmul_tc_bf16_async, mm.matmul):
         dtype = bfloat16 if fn is mm.matmul_tc_bf16_async else F16
         mm._HOPPER_PLANS.clear()  # a recycled address would reuse a plan: no launch() call
         check_matmul(fn, 2048, 2048, 264, dtype, "tt")
     assert launched == ["wide"] * 3
     check_matmul(mm.matmul, 2047, 2048, 264, F16, "tn")  # A's rows: 2047 elements
-    check_matmul(mm.matmul, 16, 4096, 512, F16, "nn")  # 1 wide tile row: split-K
+    check_matmul(mm.matmul, 16, 4096, 512, F16, "nn")  # M ≤ 16: mma.sync with split-K
     assert launched == ["wide"] * 3
+    check_matmul(mm.matmul, 64, 4096, 512, F16, "nn")  # 32 narrow tiles: wgmma, K split
+    assert launched == ["wide"] * 3 + ["split"]
 
 
 @gpu

@@ -6,7 +6,8 @@ float32 inputs, batched, f32 accumulation.
 Two kernel families serve it. On compute capability 9.0, 16-bit operands of one matrix
 each (a batch over a shared B folds into one) run the wgmma kernel of
 :mod:`.matmul_hopper` wherever its TMA loads can (16-byte aligned rows) and the output
-fills at least ~half the GPU with 128×128 tiles. Everything else runs the ``mma.sync``
+fills at least ~half the GPU with 128×128 tiles — or, for 16 < M and fewer tiles, with K
+split over the GPU's SMs (its "split" tile). Everything else runs the ``mma.sync``
 kernels below, built from :mod:`.helpers.mma_pipeline` (PTX ISA:
 https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-mma;
 design as CUTLASS's sm80 GEMM): f16/bf16 m16n8k16 or, for float32 inputs, tf32 m16n8k8 —
@@ -517,14 +518,15 @@ def matmul_fwd(op: str, a, b, *, dtypes=_INPUT_DTYPES, loads: str = "async", out
                  "capability 9.0 GPU, 16-byte aligned operand and output rows for the wgmma "
                  "kernel", f"{a.dtype}, cc {compute_capability()}, batch {p.batch}, row "
                  f"strides {p.lda}, {p.ldb}, {p.n} elements")
-        hopper_tile = tile or matmul_hopper.choose_tile(p.m, p.n, sms) or "narrow"
+        hopper_tile = tile or matmul_hopper.choose_tile(p.m, p.n, sms, p.k) or "narrow"
     else:
-        hopper_tile = (matmul_hopper.choose_tile(p.m, p.n, sms)
+        hopper_tile = (matmul_hopper.choose_tile(p.m, p.n, sms, p.k)
                        if prefer_wgmma and hopper_ok and tile is None and splits is None
                        else None)
     if hopper_tile is not None:
         plan = matmul_hopper.launch(operand, hopper_tile, p.a[0], p.lda, p.a_kmajor, p.b[0],
-                                    p.ldb, p.b_kmajor, out, p.m, p.n, p.k, kind, shape)
+                                    p.ldb, p.b_kmajor, out, p.m, p.n, p.k, kind, shape,
+                                    splits=splits)
         # Only plans over the operands' own memory: a copied operand dies with this call.
         if key is not None and p.a.ptr == a.ptr and p.b.ptr == b.ptr:
             if len(_HOPPER_PLANS) >= HOPPER_PLAN_CACHE:

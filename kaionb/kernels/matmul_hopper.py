@@ -15,6 +15,12 @@ CTA by multicast, two consumer warpgroups run wgmma from it (56 / 224 registers 
 ``setmaxnreg``), persistent over the tiles; its epilogue stores 16-bit outputs through
 the staged TMA store and f32 outputs straight from registers.
 
+Grids of few tiles (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs) take the
+"split" tile: the narrow tile with K split so that each SM gets one (tile, split) work
+item (``helpers.wgmma_pipeline``'s split-K schedule); the last split of a tile to finish
+adds the tiles' f32 partials from the stream's arrival workspace in split order (the
+same bits every run) and stores the sum. Same operands, layouts and outputs as the others.
+
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
 M/N-major tiles through wgmma's transpose bits. The tensor maps (:mod:`kaionb._tensor_map`)
@@ -30,40 +36,67 @@ from typing import NamedTuple
 
 from numba import cuda, float32, int32, int64, uint8, uint32, uint64
 
+from .._device import multiprocessor_count
 from .._tensor_map import tensor_map_2d
 from ..ptx_patches import (
     accumulator_zeros,
     accumulator_zeros_s32,
+    atom_global_add_u32,
+    bar_sync_threads,
     cluster_arrive,
     cluster_wait,
     cp_async_bulk_wait_group,
     device_function,
+    ld_global_accumulator_add,
     ld_global_nc_f32,
     setmaxnreg_dec,
     setmaxnreg_inc,
     shared_addr,
+    st_global_b32,
 )
 from .helpers import OUT_F32
 from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR
-from .helpers.wgmma_pipeline import CLUSTER, CLUSTER_M, ELEMENT_BYTES, THREADS, wgmma_pipeline
+from .helpers.wgmma_pipeline import (
+    CLUSTER,
+    CLUSTER_M,
+    CONSUMER_BARRIER,
+    CONSUMER_THREADS,
+    ELEMENT_BYTES,
+    THREADS,
+    wgmma_pipeline,
+)
 from .launch import kernel
+from .op import arrival_workspace, workspace
 
 # Tile classes: (BM, BN, BK, STAGES), BK for 16-bit operands (s8: twice as many elements,
 # the same 128-byte line; :func:`geometry`). wide: 128×256, the two consumer warpgroups each
 # 64×256 (m64n256k16, 128 f32 accumulators per thread), 4 stages of 48 KB; narrow:
-# 128×128 (m64n128k16), 6 stages of 32 KB, for grids the wide tile leaves under one wave.
+# 128×128 (m64n128k16), 6 stages of 32 KB, for grids the wide tile leaves under one wave;
+# split: the narrow tile with K split over CTAs (16-bit operands), for grids of fewer tiles.
 TILES = {
     "wide": (128, 256, 64, 4),
     "narrow": (128, 128, 64, 6),
+    "split": (128, 128, 64, 6),
 }
+SPLIT_TILES = ("split",)
 # Register split (setmaxnreg) of the 168 per thread a 384-thread block starts with:
 # 128 × 56 + 256 × 224 = 384 × 168.
 PRODUCER_REGISTERS = 56
 CONSUMER_REGISTERS = 224
 # Tile choice: wide from 0.9 blocks per SM (2048² has 128 wide tiles on 132 SMs), narrow
-# from NARROW_MIN_BLOCKS_PER_SM; smaller grids run mma.sync with split-K.
+# from NARROW_MIN_BLOCKS_PER_SM; smaller grids split K (16-bit operands; s8 runs mma.sync).
 WIDE_MIN_BLOCKS_PER_SM = 0.9
 NARROW_MIN_BLOCKS_PER_SM = 0.45
+# Split-K where the narrow tiles would fill at most SPLIT_MAX_BLOCKS_PER_SM of the GPU and
+# M > SPLIT_MIN_M: one work item per SM (H100, N = K = 4096, µs: M = 128 with 2 / 4 / 6 /
+# 8 splits 27.5 / 28.9 / 44.1 / 47.8 — past one wave the items queue), each split at least
+# MIN_SPLIT_KTILES k-tiles long. M ≤ 16 keeps the weight stream or mma.sync's decode tiles
+# (row-major B at M = 16: 19.1 µs against 22.7 split); M = 256 splits in two (31.6 against
+# 33.9 narrow), M = 512 does not (52.5 against 34.7). docs/perf-log-matmul.md #18.
+SPLIT_MAX_BLOCKS_PER_SM = 0.5
+SPLIT_MIN_M = 16
+SPLIT_ITEMS_PER_SM = 1
+MIN_SPLIT_KTILES = 4
 
 
 
@@ -74,7 +107,7 @@ def geometry(dtype: str, tile: str) -> tuple:
 
 
 _SIGNATURE = ("void(uint64, uint64, uint64, uint64, int32, int32, int32, int32, float32, "
-              "uint64, int32, uint64, int32, uint64, int32)")
+              "uint64, int32, uint64, int32, uint64, int32, uint64, uint64, int32)")
 # The dequantization arguments of a float kernel (ignored): alpha, no scales, no bias.
 NO_DEQUANT = (1.0, 0, SCALE_NONE, 0, SCALE_NONE, 0, 0)
 
@@ -86,24 +119,61 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     then, read by the s8 variants only (else :data:`NO_DEQUANT`), the dequantization
     ``C = alpha · sa[row] · sb[col] · acc + bias[col]``: alpha, the addresses and modes
     (``helpers.epilogue.SCALE_*``) of the f32 row and column scales, the f32 bias's
-    address and whether there is one.
+    address and whether there is one; last, read by the split-K variants only (else 0):
+    the addresses of the f32 partials (BM×BN per work item, tile-major: split s of tile t
+    at (t · splits + s) · BM · BN) and of one uint32 arrival counter per tile (0 at launch,
+    reset by the tile's last split), and ``kps``, the k-tiles per split.
     The output is row-major M×N with rows of whole 16-byte chunks (N % 8 == 0, 16-byte
-    aligned base): f32 pairs are stored straight from registers, 16-bit tiles through TMA."""
-    pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, geometry(dtype, tile))
+    aligned base): f32 pairs are stored straight from registers, 16-bit tiles through TMA.
+
+    Split-K epilogue: each item stores its partial (rows inside M), fences, and counts
+    itself in at its tile's counter; the last split of a tile to arrive adds the tile's
+    partials in split order — the same bits whichever split is last — and stores the sum
+    as the other variants store their accumulators."""
+    SPLIT_K = tile in SPLIT_TILES
+    BM, BN = TILES[tile][:2]
+    pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, geometry(dtype, tile), SPLIT_K)
     ACC = pipe.ACC
     INTEGER, store_scaled = pipe.integer, pipe.store_scaled
     layout, init_barriers, schedule, origin = (pipe.layout, pipe.init_barriers, pipe.schedule,
                                                pipe.origin)
+    schedule_split, item = pipe.schedule_split, pipe.item
     produce, descriptors, consume_tile = pipe.produce, pipe.descriptors, pipe.consume_tile
     store_direct, store_staged, staging = pipe.store_direct, pipe.store_staged, pipe.staging
+    add_partial = ld_global_accumulator_add(BN)
+    PARTIAL_BYTES = BM * BN * 4
     name = f"_matmul_wgmma_fwd_kernel_{dtype}_{'n' if a_kmajor else 't'}" \
            f"{'t' if b_kmajor else 'n'}_{tile}"
+
+    @device_function
+    def store_tile(tmap_c, out, kind, m0, n0, M, N, consumer, row, col, stage_buffer,
+                   stage_row, stage_xor, issuer, alpha, scale_a, sa_mode, scale_b, sb_mode,
+                   bias, has_bias, acc):
+        """The epilogue of one output tile (the ring is already refilling for the next).
+        s8 stores every kind from registers, scaling on the way (one pass over acc)."""
+        if INTEGER:
+            r0 = m0 + row
+            col_step = uint64(4 if sb_mode > SCALE_TENSOR else 0)
+            first_col = uint64(n0 + col)
+            store_scaled(out, kind, m0, n0, row, col, M, N, acc,
+                         row_scale(scale_a, sa_mode, r0, M, alpha),
+                         row_scale(scale_a, sa_mode, r0 + 8, M, alpha),
+                         scale_b + first_col * col_step, col_step,
+                         uint32(sb_mode != SCALE_NONE), bias + first_col * uint64(4),
+                         uint32(has_bias))
+        elif kind == OUT_F32:
+            store_direct(out, m0, n0, row, col, M, N, acc)
+        else:
+            store_staged(tmap_c, kind, m0, n0, consumer, stage_buffer, stage_row,
+                         stage_xor, issuer, acc)
 
     @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0),
             max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
     def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out, M, N, K, kind, alpha, scale_a,
-                                 sa_mode, scale_b, sb_mode, bias, has_bias):
+                                 sa_mode, scale_b, sb_mode, bias, has_bias, partials,
+                                 counters, kps):
         smem = cuda.shared.array(0, uint8)
+        last_split = cuda.shared.array(1, int32)
         ring, full, empty = layout(int32(shared_addr(smem, 0)))
         tid = int32(cuda.threadIdx.x)
         lane = tid % 32
@@ -116,11 +186,9 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
         if warpgroup == 0:
             setmaxnreg_dec(PRODUCER_REGISTERS)  # the producer's registers go to consumers
             if tid < 32:
-                produce(ring, full, empty, tmap_a, tmap_b, M, N, K)
+                produce(ring, full, empty, tmap_a, tmap_b, M, N, K, kps)
         else:
             setmaxnreg_inc(CONSUMER_REGISTERS)
-            tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = schedule(
-                M, N, K)
             consumer = warpgroup - 1
             a_desc, b_desc = descriptors(ring, consumer)
             row = consumer * 64 + 16 * (tid // 32 % 4) + lane // 4  # of the tile
@@ -129,26 +197,47 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
             stage_buffer, stage_row, stage_xor = staging(ring, consumer, row, col)
             acc = accumulator_zeros_s32(ACC) if INTEGER else accumulator_zeros(ACC)
             step = int32(0)
-            for t in range(first_tile, cluster_tiles, clusters):
-                m0, n0 = origin(t, tiles_m, tiles_n, rank)
-                acc, step = consume_tile(a_desc, b_desc, full, empty, step, n_ktiles, acc)
-                # Epilogue (the ring is already refilling for the next tile). s8 stores
-                # every kind from registers, scaling on the way (one pass over acc).
-                if INTEGER:
-                    r0 = m0 + row
-                    col_step = uint64(4 if sb_mode > SCALE_TENSOR else 0)
-                    first_col = uint64(n0 + col)
-                    store_scaled(out, kind, m0, n0, row, col, M, N, acc,
-                                 row_scale(scale_a, sa_mode, r0, M, alpha),
-                                 row_scale(scale_a, sa_mode, r0 + 8, M, alpha),
-                                 scale_b + first_col * col_step, col_step,
-                                 uint32(sb_mode != SCALE_NONE), bias + first_col * uint64(4),
-                                 uint32(has_bias))
-                elif kind == OUT_F32:
-                    store_direct(out, m0, n0, row, col, M, N, acc)
-                else:
-                    store_staged(tmap_c, kind, m0, n0, consumer, stage_buffer, stage_row,
-                                 stage_xor, issuer, acc)
+            if SPLIT_K:
+                tiles_m, tiles_n, items, first, stride, n_ktiles, splits = schedule_split(
+                    M, N, K, kps)
+                for u in range(first, items, stride):
+                    m0, n0, kt0, nk, t = item(u, tiles_m, splits, kps, n_ktiles)
+                    acc, step = consume_tile(a_desc, b_desc, full, empty, step, nk, acc)
+                    rows = min(M - m0, BM)
+                    tile_partials = partials + uint64(int64(t) * splits * PARTIAL_BYTES)
+                    store_direct(tile_partials + uint64((u - t * splits) * PARTIAL_BYTES),
+                                 0, 0, row, col, rows, BN, acc)
+                    # Release: every consumer thread's partial is visible GPU-wide before
+                    # the tile counts this split in.
+                    cuda.threadfence()
+                    bar_sync_threads(CONSUMER_BARRIER, CONSUMER_THREADS)
+                    if tid == 128:
+                        counter = counters + uint64(4 * t)
+                        arrived = atom_global_add_u32(counter, uint32(1))
+                        last_split[0] = int32(arrived == uint32(splits - 1))
+                        if arrived == uint32(splits - 1):  # ready for the next launch
+                            st_global_b32(counter, uint32(0))
+                    bar_sync_threads(CONSUMER_BARRIER, CONSUMER_THREADS)
+                    if last_split[0] != 0:
+                        cuda.threadfence()  # acquire: the other splits' partials
+                        acc = accumulator_zeros(ACC)
+                        for sp in range(splits):
+                            at = tile_partials + uint64(sp * PARTIAL_BYTES
+                                                        + 4 * (row * BN + col))
+                            acc = add_partial(at, at + uint64(4 * 8 * BN), uint32(row < rows),
+                                              uint32(row + 8 < rows), acc)
+                        store_tile(tmap_c, out, kind, m0, n0, M, N, consumer, row, col,
+                                   stage_buffer, stage_row, stage_xor, issuer, alpha, scale_a,
+                                   sa_mode, scale_b, sb_mode, bias, has_bias, acc)
+            else:
+                tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = (
+                    schedule(M, N, K))
+                for t in range(first_tile, cluster_tiles, clusters):
+                    m0, n0 = origin(t, tiles_m, tiles_n, rank)
+                    acc, step = consume_tile(a_desc, b_desc, full, empty, step, n_ktiles, acc)
+                    store_tile(tmap_c, out, kind, m0, n0, M, N, consumer, row, col,
+                               stage_buffer, stage_row, stage_xor, issuer, alpha, scale_a,
+                               sa_mode, scale_b, sb_mode, bias, has_bias, acc)
             if issuer:
                 cp_async_bulk_wait_group(0)
         # No CTA leaves while another may still arrive on its barriers.
@@ -170,20 +259,37 @@ def row_scale(scale_a, sa_mode, r, M, alpha):
 
 
 # Every variant: dtype × layout (NN, NT, TN, TT) × tile class; s8 (W8A8) reads K-major
-# tiles only.
+# tiles only and does not split K.
 _KERNELS = {
     (dtype, a_k, b_k, tile): _make_matmul_wgmma_kernel(dtype, a_k, b_k, tile)
     for dtype in ("f16", "bf16", "s8")
     for a_k in (True, False)
     for b_k in (False, True)
     for tile in TILES
-    if dtype != "s8" or (a_k and b_k)
+    if dtype != "s8" or (a_k and b_k and tile not in SPLIT_TILES)
 }
 
 
-def choose_tile(m: int, n: int, sms: int) -> str | None:
+def split_count(m: int, n: int, k: int, sms: int, dtype: str = "f16") -> tuple:
+    """(splits, k-tiles per split) of the split tile for an M×N×K product on ``sms`` SMs:
+    SPLIT_ITEMS_PER_SM work items per SM, each split at least MIN_SPLIT_KTILES k-tiles."""
+    bm, bn, bk, _ = geometry(dtype, "split")
+    tiles = -(-m // bm) * -(-n // bn)
+    n_ktiles = -(-k // bk)
+    splits = max(1, min(SPLIT_ITEMS_PER_SM * sms // tiles, n_ktiles // MIN_SPLIT_KTILES))
+    kps = -(-n_ktiles // splits)
+    return -(-n_ktiles // kps), kps
+
+
+def choose_tile(m: int, n: int, sms: int, k: int | None = None) -> str | None:
     """The tile class for an M×N output on ``sms`` SMs, or None where the grid would leave
-    most SMs idle (mma.sync with split-K serves those shapes better)."""
+    most SMs idle (mma.sync with split-K serves those shapes better). ``k``: the K of a
+    16-bit product, whose small grids split K where that makes two splits or more (None:
+    no split-K, as for s8)."""
+    narrow = math.ceil(m / TILES["narrow"][0]) * math.ceil(n / TILES["narrow"][1])
+    if (k is not None and m > SPLIT_MIN_M and narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms
+            and split_count(m, n, k, sms)[0] > 1):
+        return "split"
     for tile, least in (("wide", WIDE_MIN_BLOCKS_PER_SM), ("narrow", NARROW_MIN_BLOCKS_PER_SM)):
         bm, bn = TILES[tile][:2]
         if math.ceil(m / bm) * math.ceil(n / bn) >= least * sms:
@@ -193,7 +299,8 @@ def choose_tile(m: int, n: int, sms: int) -> str | None:
 
 class LaunchPlan(NamedTuple):
     """Everything a launch needs that does not depend on the output: the operands' tensor
-    maps (held, so they stay alive while the plan is cached), the grid, the kernel."""
+    maps (held, so they stay alive while the plan is cached), the grid, the kernel, and
+    for the split tile its split-K layout."""
 
     compiled: object
     shared: int
@@ -204,38 +311,60 @@ class LaunchPlan(NamedTuple):
     n: int
     k: int
     shape: tuple  # the caller's output shape (M×N, or a batch folded into M)
+    kps: int = 0  # split tile: k-tiles per split (else 0)
+    partial_bytes: int = 0  # split tile: bytes of the f32 partials
+    tiles: int = 0  # split tile: output tiles, one arrival counter each
 
 
 def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_kmajor: bool,
            out, m: int, n: int, k: int, kind: int, shape: tuple | None = None,
-           dequant: tuple = NO_DEQUANT) -> LaunchPlan:
+           dequant: tuple = NO_DEQUANT, splits: int | None = None) -> LaunchPlan:
     """Launch the variant for storage matrices ``sa`` (A: M×K K-major or K×M) and ``sb``
     (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and a
     row-major M×N output ``out`` of ``kind`` whose rows are whole 16-byte chunks. The grid
     is persistent: as many clusters as fit on the GPU at once, or fewer where there are
-    fewer cluster tiles. Returns the plan, which :func:`run` launches again for another
-    output of ``shape`` (default (m, n)): any C-contiguous array of m·n elements.
-    ``dequant``: the s8 kernels' scale and bias arguments (kernel doc)."""
+    fewer cluster tiles (split tile: work items). Returns the plan, which :func:`run`
+    launches again for another output of ``shape`` (default (m, n)): any C-contiguous
+    array of m·n elements. ``dequant``: the s8 kernels' scale and bias arguments (kernel
+    doc). ``splits``: the split tile's K splits (default :func:`split_count`'s)."""
     bm, bn, bk, _ = geometry(dtype, tile)
     compiled = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)][0]
     shared = compiled.kdef.max_dynamic_shared_bytes
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
-    cluster_tiles = -(-m // (bm * CLUSTER_M)) * -(-n // bn)  # ceil divisions
-    clusters = min(cluster_tiles, compiled.max_active_clusters(CLUSTER, THREADS, shared))
-    plan = LaunchPlan(compiled, shared, clusters * CLUSTER_M, tmap_a, tmap_b, m, n, k,
-                      (m, n) if shape is None else tuple(shape))
+    most = compiled.max_active_clusters(CLUSTER, THREADS, shared) * CLUSTER_M
+    kps = partial_bytes = tiles = 0
+    if tile in SPLIT_TILES:
+        n_ktiles = -(-k // bk)
+        if splits is None:
+            splits, kps = split_count(m, n, k, multiprocessor_count(), dtype)
+        else:
+            kps = -(-n_ktiles // max(1, min(splits, n_ktiles)))
+            splits = -(-n_ktiles // kps)
+        tiles = -(-m // bm) * -(-n // bn)
+        partial_bytes = tiles * splits * bm * bn * 4
+        grid = min(-(-tiles * splits // CLUSTER_M) * CLUSTER_M, most)
+    else:
+        cluster_tiles = -(-m // (bm * CLUSTER_M)) * -(-n // bn)  # ceil divisions
+        grid = min(cluster_tiles * CLUSTER_M, most)
+    plan = LaunchPlan(compiled, shared, grid, tmap_a, tmap_b, m, n, k,
+                      (m, n) if shape is None else tuple(shape), kps, partial_bytes, tiles)
     run(plan, out, kind, dequant)
     return plan
 
 
 def run(plan: LaunchPlan, out, kind: int, dequant: tuple = NO_DEQUANT) -> None:
-    """Launch ``plan`` writing ``out`` (M×N, kind, rows whole 16-byte chunks)."""
+    """Launch ``plan`` writing ``out`` (M×N, kind, rows whole 16-byte chunks); the split
+    tile's partials and counters come from the stream's arrival workspace."""
     if kind == OUT_F32:
         tmap_c = 0
     else:  # a batch folded into M is stored as one (m, n) matrix
         tmap_c = tensor_map_2d(out if out.ndim == 2 else out.reshape(plan.m, plan.n), plan.n,
                                64).ptr
+    split = (0, 0, 0)
+    if plan.kps:
+        partials, counters = workspace(arrival_workspace, plan.partial_bytes, plan.tiles)
+        split = (partials.ptr, counters.ptr, plan.kps)
     plan.compiled((plan.grid,), THREADS,
                   (plan.tmap_a.ptr, plan.tmap_b.ptr, tmap_c, out.ptr, plan.m, plan.n, plan.k,
-                   kind) + dequant, shared_mem=plan.shared, cluster=CLUSTER)
+                   kind) + dequant + split, shared_mem=plan.shared, cluster=CLUSTER)

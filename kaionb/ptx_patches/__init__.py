@@ -39,6 +39,7 @@ from .accumulator_softmax import (
     st_shared_accumulator_f32,
 )
 from .accumulator_store import (
+    ld_global_accumulator_add,
     st_global_accumulator,
     st_global_accumulator_s32_scaled,
     st_shared_accumulator_swizzled,
@@ -100,6 +101,7 @@ from .ldmatrix import (
     ldmatrix_x4_trans,
 )
 from .memory import (
+    atom_global_add_u32,
     global_addr,
     ld_global_nc_f32,
     ld_global_nc_stream_v4_u32,

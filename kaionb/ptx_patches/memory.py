@@ -185,6 +185,17 @@ st_global_b32 = ptx_instruction(
     "(address: u64, 4-byte aligned).",
 )
 
+atom_global_add_u32 = ptx_instruction(
+    "atom_global_add_u32",
+    "atom.global.add.u32 $0, [$1], $2;",
+    outputs=types.uint32,
+    inputs=(types.uint64, types.uint32),
+    side_effect=True,
+    memory=True,
+    doc="``atom.global.add.u32``: (address: u64, value: u32) -> the old value. Relaxed, "
+    "GPU scope: fence around it to order other memory (a split-K arrival counter).",
+)
+
 st_global_v4_f32 = ptx_instruction(
     "st_global_v4_f32",
     "st.global.v4.f32 [$0], {$1, $2, $3, $4};",

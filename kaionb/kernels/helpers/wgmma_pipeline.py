@@ -26,6 +26,12 @@ of GROUP_ROWS cluster rows so a wave's A and B panels stay in L2):
                overlap the next tile's loads) or :meth:`store_direct` (f32 straight from
                registers, whole 32-byte sectors). Both clip at M and N.
 
+**Split-K** (``split_k``, for grids of few tiles: M ≤ 256 at N = 4096): the work items
+are (tile, split) pairs, split s taking k-tiles [s·kps, (s + 1)·kps) of K, and every CTA
+walks items blockIdx.x, + gridDim.x, ... on its own: no multicast (the cluster's CTAs
+hold different K ranges), each loads its whole B tile and its consumers release stages
+of their own CTA only. The kernel folds the splits' partials (its epilogue).
+
 Geometry: a k-step is 32 bytes of K (k16 of 16-bit operands, k32 of s8); a stage is BK
 elements of K = one 128-byte swizzled line per row. s8 accumulates in s32;
 :meth:`store_scaled` stores it scaled into f32 (per-row and per-column scales, a bias), in
@@ -51,12 +57,12 @@ from kaionb.ptx_patches import (
     cp_async_bulk_tensor_2d_global_to_shared,
     cp_async_bulk_tensor_2d_multicast,
     cp_async_bulk_tensor_2d_shared_to_global,
-    cp_async_bulk_wait_group,
     cp_async_bulk_wait_group_read,
     device_function,
     fence_mbarrier_init_cluster,
     fence_proxy_async_shared,
     make_smem_desc,
+    mbarrier_arrive,
     mbarrier_arrive_expect_tx,
     mbarrier_arrive_remote,
     mbarrier_init,
@@ -129,6 +135,28 @@ def tile_schedule(M, N, K, BM, BN, BK):
 
 
 @device_function
+def split_schedule(M, N, K, kps, BM, BN, BK):
+    """The split-K schedule in :func:`tile_schedule`'s shape: (tiles_m, tiles_n, work
+    items = tiles · splits, this CTA's first item, the item stride (CTAs in the grid),
+    K-steps of the whole K, splits). ``kps``: k-tiles per split."""
+    tiles_m = (M + BM - 1) // BM
+    tiles_n = (N + BN - 1) // BN
+    n_ktiles = (K + BK - 1) // BK
+    splits = (n_ktiles + kps - 1) // kps
+    return (tiles_m, tiles_n, tiles_m * tiles_n * splits, int32(cuda.blockIdx.x),
+            int32(cuda.gridDim.x), n_ktiles, splits)
+
+
+@device_function
+def split_item(u, tiles_m, splits, kps, n_ktiles, BM, BN):
+    """(m0, n0, first k-tile, k-tiles, output tile) of split-K work item ``u``: the splits
+    of a tile are neighbours (they finish together), tiles walk M first."""
+    tile = u // splits
+    kt0 = (u - tile * splits) * kps
+    return (tile % tiles_m) * BM, tile // tiles_m * BN, kt0, min(kps, n_ktiles - kt0), tile
+
+
+@device_function
 def tile_origin(t, tiles_m, tiles_n, rank, BM, BN):
     """(m0, n0) of cluster tile ``t`` for the CTA of cluster rank ``rank``. Cluster tiles
     are CLUSTER_M tile rows × 1 tile column, walked in groups of GROUP_ROWS cluster rows
@@ -149,8 +177,10 @@ class WgmmaPipeline:
     then full[STAGES] and empty[STAGES] mbarriers; :meth:`layout` places them.
     """
 
-    def __init__(self, operand: str, a_kmajor: bool, b_kmajor: bool, tile: Tile):
+    def __init__(self, operand: str, a_kmajor: bool, b_kmajor: bool, tile: Tile,
+                 split_k: bool = False):
         BM, BN, BK, STAGES = tile
+        SPLIT_K = split_k
         E = ELEMENT_BYTES[operand]
         if BK * E != LINE:
             raise ValueError(f"wgmma_pipeline: BK must be one {LINE}-byte swizzled line")
@@ -184,7 +214,10 @@ class WgmmaPipeline:
         B_PART_BYTES = B_BYTES // CLUSTER_M
         B_PART_BOXES = BN // BOX_INNER // CLUSTER_M
         B_PART_ROWS = BN // CLUSTER_M
-        EMPTY_ARRIVALS = 4 * CONSUMERS * CLUSTER_M  # lane 0 of every consumer warp
+        # CTAs whose consumers release a stage (lane 0 of each consumer warp arrives):
+        # the cluster, whose B parts every stage holds, or (split-K) the CTA alone.
+        PEERS = 1 if SPLIT_K else CLUSTER_M
+        EMPTY_ARRIVALS = 4 * CONSUMERS * PEERS
         if KSTEPS != 4:
             raise ValueError("wgmma_pipeline: the consumer loop is written for 4 k-steps")
         if PARTS > 2:
@@ -230,53 +263,103 @@ class WgmmaPipeline:
             return tile_origin(t, tiles_m, tiles_n, rank, BM, BN)
 
         @device_function
-        def produce(ring, full, empty, tmap_a, tmap_b, M, N, K):
+        def schedule_split(M, N, K, kps):
+            return split_schedule(M, N, K, kps, BM, BN, BK)
+
+        @device_function
+        def item(u, tiles_m, splits, kps, n_ktiles):
+            return split_item(u, tiles_m, splits, kps, n_ktiles, BM, BN)
+
+        @device_function
+        def load_stage(ring, full, s, tmap_a, tmap_b, m0, n0, k, rank):
+            """Lane 0 of the producer: stage ``s`` of the ring gets A's tile at (m0, k) and
+            B's at (k, n0) — this CTA's part of B, multicast to the cluster, or (split-K)
+            the whole of it."""
+            bar = full + 8 * s
+            mbarrier_arrive_expect_tx(bar, STAGE_BYTES)
+            a_dst = ring + s * STAGE_BYTES
+            b_dst = a_dst + A_BYTES
+            if a_kmajor:
+                cp_async_bulk_tensor_2d_global_to_shared(a_dst, tmap_a, k, m0, bar)
+            else:
+                for i in range(BM // BOX_INNER):
+                    cp_async_bulk_tensor_2d_global_to_shared(
+                        a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k, bar)
+            if SPLIT_K:
+                if b_kmajor:
+                    for r in range(CLUSTER_M):
+                        cp_async_bulk_tensor_2d_global_to_shared(
+                            b_dst + r * B_PART_BYTES, tmap_b, k, n0 + r * B_PART_ROWS, bar)
+                else:
+                    for box in range(BN // BOX_INNER):
+                        cp_async_bulk_tensor_2d_global_to_shared(
+                            b_dst + box * BOX_BYTES, tmap_b, n0 + box * BOX_INNER, k, bar)
+            elif b_kmajor:
+                cp_async_bulk_tensor_2d_multicast(
+                    b_dst + rank * B_PART_BYTES, tmap_b, k, n0 + rank * B_PART_ROWS, bar,
+                    CLUSTER_MASK)
+            else:
+                for i in range(B_PART_BOXES):
+                    box = rank * B_PART_BOXES + i
+                    cp_async_bulk_tensor_2d_multicast(
+                        b_dst + box * BOX_BYTES, tmap_b, n0 + box * BOX_INNER, k, bar,
+                        CLUSTER_MASK)
+
+        @device_function
+        def produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, kt0, nk, rank, step,
+                          lane):
+            """The ``nk`` K-steps from k-tile ``kt0`` of the tile at (m0, n0), each into
+            the next stage once its consumers released it; returns ``step``."""
+            for kt in range(kt0, kt0 + nk):
+                s = step % STAGES
+                if step >= STAGES:  # every consumer of the stage released it
+                    mbarrier_wait(empty + 8 * s, (step // STAGES - 1) & 1)
+                if lane == 0:
+                    load_stage(ring, full, s, tmap_a, tmap_b, m0, n0, kt * BK, rank)
+                step += 1
+            return step
+
+        @device_function
+        def produce(ring, full, empty, tmap_a, tmap_b, M, N, K, kps):
             """The producer role, run by warp 0 of warpgroup 0 together (a lone looping
             lane would share its warp with lanes parked at the final cluster barrier);
             lane 0 issues. Runs up to STAGES K-steps ahead of the consumers, across tile
-            boundaries, so the next tile's loads overlap this tile's epilogue."""
+            boundaries, so the next tile's loads overlap this tile's epilogue. ``kps``:
+            k-tiles per split (split-K only)."""
             lane = int32(cuda.threadIdx.x) % 32
-            tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = schedule(
-                M, N, K)
             if lane == 0:
                 prefetch_tensormap(tmap_a)
                 prefetch_tensormap(tmap_b)
             step = int32(0)
-            for t in range(first_tile, cluster_tiles, clusters):
-                m0, n0 = origin(t, tiles_m, tiles_n, rank)
-                for kt in range(n_ktiles):
-                    s = step % STAGES
-                    if step >= STAGES:  # every consumer of the cluster released it
-                        mbarrier_wait(empty + 8 * s, (step // STAGES - 1) & 1)
-                    if lane == 0:
-                        bar = full + 8 * s
-                        mbarrier_arrive_expect_tx(bar, STAGE_BYTES)
-                        a_dst = ring + s * STAGE_BYTES
-                        b_dst = a_dst + A_BYTES
-                        k = kt * BK
-                        if a_kmajor:
-                            cp_async_bulk_tensor_2d_global_to_shared(a_dst, tmap_a, k, m0, bar)
-                        else:
-                            for i in range(BM // BOX_INNER):
-                                cp_async_bulk_tensor_2d_global_to_shared(
-                                    a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k, bar)
-                        if b_kmajor:
-                            cp_async_bulk_tensor_2d_multicast(
-                                b_dst + rank * B_PART_BYTES, tmap_b, k,
-                                n0 + rank * B_PART_ROWS, bar, CLUSTER_MASK)
-                        else:
-                            for i in range(B_PART_BOXES):
-                                box = rank * B_PART_BOXES + i
-                                cp_async_bulk_tensor_2d_multicast(
-                                    b_dst + box * BOX_BYTES, tmap_b, n0 + box * BOX_INNER, k,
-                                    bar, CLUSTER_MASK)
-                    step += 1
+            if SPLIT_K:
+                tiles_m, tiles_n, items, first, stride, n_ktiles, splits = schedule_split(
+                    M, N, K, kps)
+                for u in range(first, items, stride):
+                    m0, n0, kt0, nk, _ = item(u, tiles_m, splits, kps, n_ktiles)
+                    step = produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, kt0, nk,
+                                         int32(0), step, lane)
+            else:
+                tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = (
+                    schedule(M, N, K))
+                for t in range(first_tile, cluster_tiles, clusters):
+                    m0, n0 = origin(t, tiles_m, tiles_n, rank)
+                    step = produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, 0,
+                                         n_ktiles, rank, step, lane)
 
         @device_function
         def descriptors(ring, consumer):
             """Consumer ``consumer``'s wgmma descriptors of stage 0 (A: its 64 rows; B)."""
             return (make_smem_desc(ring + consumer * WG_A_OFFSET, A_LBO, ATOM, 128),
                     make_smem_desc(ring + A_BYTES, B_LBO, ATOM, 128))
+
+        @device_function
+        def release(bar):
+            """Arrive on empty barrier ``bar`` of every CTA that loaded into the stage."""
+            if SPLIT_K:
+                mbarrier_arrive(bar)
+            else:
+                for r in range(CLUSTER_M):
+                    mbarrier_arrive_remote(bar, r)
 
         @device_function
         def consume_tile(a_desc, b_desc, full, empty, step, n_ktiles, acc):
@@ -299,14 +382,13 @@ class WgmmaPipeline:
                 wgmma_commit_group()
                 wgmma_wait_group(1)  # the previous K-step's group has read its stage
                 if kt > 0 and lane == 0:  # release it in every CTA (its B parts are here)
-                    for r in range(CLUSTER_M):
-                        mbarrier_arrive_remote(empty + 8 * ((step - 1) % STAGES), r)
+                    release(empty + 8 * ((step - 1) % STAGES))
                 step += 1
             wgmma_wait_group(0)
             if lane == 0:  # the tile's last stage
-                for r in range(CLUSTER_M):
-                    mbarrier_arrive_remote(empty + 8 * ((step - 1) % STAGES), r)
+                release(empty + 8 * ((step - 1) % STAGES))
             return acc, step
+
 
         @device_function
         def store_direct(out, m0, n0, row, col, M, N, acc):
@@ -381,11 +463,14 @@ class WgmmaPipeline:
         self.store_scaled = store_scaled
         self.layout, self.init_barriers, self.schedule = layout, init_barriers, schedule
         self.origin, self.produce, self.descriptors = origin, produce, descriptors
+        self.schedule_split, self.item = schedule_split, item
         self.consume_tile, self.store_direct = consume_tile, store_direct
         self.store_staged, self.staging = store_staged, staging
 
 
-def wgmma_pipeline(operand: str, a_kmajor: bool, b_kmajor: bool, tile) -> WgmmaPipeline:
+def wgmma_pipeline(operand: str, a_kmajor: bool, b_kmajor: bool, tile,
+                   split_k: bool = False) -> WgmmaPipeline:
     """The pipeline parts for ``operand`` ("f16", "bf16", "s8": K-major only), the
-    operands' layouts and ``tile`` (BM, BN, BK, STAGES)."""
-    return WgmmaPipeline(operand, a_kmajor, b_kmajor, Tile(*tile))
+    operands' layouts and ``tile`` (BM, BN, BK, STAGES); ``split_k``: the split-K schedule
+    (module doc)."""
+    return WgmmaPipeline(operand, a_kmajor, b_kmajor, Tile(*tile), split_k)
