@@ -3,7 +3,8 @@ accumulation, output in the input dtype: ``kaionb.matmul`` (on an H100 the wgmma
 where the shape fills the GPU, else mma.sync) and the mma.sync cp.async kernel on the
 same shape, so both paths have a history. The ``_wT`` decode shapes multiply by the
 ``w.T`` view of a row-major [N, K] weight (a linear layer's), which M ≤ 16 runs on the
-weight stream (helpers.weight_stream)."""
+weight stream (helpers.weight_stream); M = 64 to 256 at 4096² run the wgmma kernel with
+K split over the SMs (matmul_hopper's "split" tile)."""
 
 import numpy as np
 
@@ -12,15 +13,16 @@ from .common import batched_ms
 
 class TimeMatmul:
     params = (["f16", "bf16"],
-              ["1024", "2048", "4096", "8192", "decode1", "decode16", "decode128",
-               "decode1_wT", "decode16_wT"])
+              ["1024", "2048", "4096", "8192", "decode1", "decode16", "decode64", "decode128",
+               "decode256", "decode1_wT", "decode16_wT"])
     param_names = ["dtype", "shape"]
     timeout = 300
 
     SHAPES = {"1024": (1024, 1024, 1024), "2048": (2048, 2048, 2048),
               "4096": (4096, 4096, 4096),
               "8192": (8192, 8192, 8192), "decode1": (1, 4096, 4096),
-              "decode16": (16, 4096, 4096), "decode128": (128, 4096, 4096),
+              "decode16": (16, 4096, 4096), "decode64": (64, 4096, 4096),
+              "decode128": (128, 4096, 4096), "decode256": (256, 4096, 4096),
               "decode1_wT": (1, 4096, 4096), "decode16_wT": (16, 4096, 4096)}
 
     def setup(self, dtype, shape):
