@@ -288,7 +288,11 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(512, 4096, 132, 4096) == "narrow"
     assert mh.choose_tile(16, 4096, 132, 4096) is None  # M ≤ 16: stream or decode tiles
     assert mh.choose_tile(17, 4096, 132, 4096) == "split"
-    assert mh.choose_tile(128, 4096, 132, 256) is None  # 4 k-tiles: no second split
+    assert mh.choose_tile(128, 4096, 132, 3072) == "split"
+    # Moderate K: the narrow tile alone; short K: mma.sync's split-K tiles.
+    assert mh.choose_tile(128, 4096, 132, 2048) == "narrow"
+    assert mh.choose_tile(32, 4096, 132, 1024) == "narrow"
+    assert mh.choose_tile(128, 4096, 132, 960) is None  # 15 k-tiles
     assert mh.choose_tile(64, 64, 132, 64) is None
     # Splits of at least MIN_SPLIT_KTILES k-tiles, the last one possibly shorter.
     assert mh.split_count(64, 1000, 3000, 132) == (10, 5)  # 47 k-tiles: 9 × 5 + 2
@@ -638,8 +642,10 @@ def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
     check_matmul(mm.matmul, 2047, 2048, 264, F16, "tn")  # A's rows: 2047 elements
     check_matmul(mm.matmul, 16, 4096, 512, F16, "nn")  # M ≤ 16: mma.sync with split-K
     assert launched == ["wide"] * 3
-    check_matmul(mm.matmul, 64, 4096, 512, F16, "nn")  # 32 narrow tiles: wgmma, K split
-    assert launched == ["wide"] * 3 + ["split"]
+    check_matmul(mm.matmul, 64, 4096, 520, F16, "nn")  # 32 narrow tiles, short K: mma.sync
+    check_matmul(mm.matmul, 64, 4096, 1032, F16, "nn")  # moderate K: the narrow tile
+    check_matmul(mm.matmul, 64, 4096, 3080, F16, "nn")  # long K: split
+    assert launched == ["wide"] * 3 + ["narrow", "split"]
 
 
 @gpu

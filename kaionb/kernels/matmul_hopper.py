@@ -87,14 +87,20 @@ CONSUMER_REGISTERS = 224
 # from NARROW_MIN_BLOCKS_PER_SM; smaller grids split K (16-bit operands; s8 runs mma.sync).
 WIDE_MIN_BLOCKS_PER_SM = 0.9
 NARROW_MIN_BLOCKS_PER_SM = 0.45
-# Split-K where the narrow tiles would fill at most SPLIT_MAX_BLOCKS_PER_SM of the GPU and
-# M > SPLIT_MIN_M: one work item per SM (H100, N = K = 4096, µs: M = 128 with 2 / 4 / 6 /
-# 8 splits 27.5 / 28.9 / 44.1 / 47.8 — past one wave the items queue), each split at least
-# MIN_SPLIT_KTILES k-tiles long. M ≤ 16 keeps the weight stream or mma.sync's decode tiles
-# (row-major B at M = 16: 19.1 µs against 22.7 split); M = 256 splits in two (31.6 against
-# 33.9 narrow), M = 512 does not (52.5 against 34.7). docs/perf-log-matmul.md #18.
+# Grids of at most SPLIT_MAX_BLOCKS_PER_SM narrow tiles with M > SPLIT_MIN_M (16-bit):
+# split-K from SPLIT_MIN_KTILES k-tiles of K, the narrow tile alone from
+# FEW_TILES_MIN_KTILES, mma.sync's split-K tiles below. H100, N = 4096, f16, µs mma.sync /
+# narrow / split (docs/perf-log-matmul.md #18): M = 128, K = 1024 18.7 / 13.1 / 19.0,
+# 2048 26.3 / 19.6 / 21.9, 3072 33.8 / 26.2 / 25.3, 4096 41.4 / 33.0 / 28.9; M = 32,
+# K = 2048 18.1 / 19.4 / 17.0; a split's partials and fold cost ~4 µs (K = 64: narrow 6.5,
+# split 10.8), the narrow tile's 32 CTAs ~6.6 µs per 1024 of K. M ≤ 16 keeps the weight
+# stream or the mma.sync decode tiles (row-major B at M = 16: 19.1 against 22.7 split).
+# One work item per SM (M = 128, K = 4096 with 2 / 4 / 6 / 8 splits: 27.5 / 28.9 / 44.1 /
+# 47.8 µs — past one wave the items queue), each split at least MIN_SPLIT_KTILES long.
 SPLIT_MAX_BLOCKS_PER_SM = 0.5
 SPLIT_MIN_M = 16
+SPLIT_MIN_KTILES = 48
+FEW_TILES_MIN_KTILES = 16
 SPLIT_ITEMS_PER_SM = 1
 MIN_SPLIT_KTILES = 4
 
@@ -284,12 +290,15 @@ def split_count(m: int, n: int, k: int, sms: int, dtype: str = "f16") -> tuple:
 def choose_tile(m: int, n: int, sms: int, k: int | None = None) -> str | None:
     """The tile class for an M×N output on ``sms`` SMs, or None where the grid would leave
     most SMs idle (mma.sync with split-K serves those shapes better). ``k``: the K of a
-    16-bit product, whose small grids split K where that makes two splits or more (None:
-    no split-K, as for s8)."""
+    16-bit product, whose small grids with M > 16 split K where K is long, or run the
+    narrow tile where K is moderate (constants above; None: no split-K, as for s8)."""
     narrow = math.ceil(m / TILES["narrow"][0]) * math.ceil(n / TILES["narrow"][1])
-    if (k is not None and m > SPLIT_MIN_M and narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms
-            and split_count(m, n, k, sms)[0] > 1):
-        return "split"
+    if k is not None and m > SPLIT_MIN_M and narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms:
+        ktiles = -(-k // geometry("f16", "split")[2])
+        if ktiles >= SPLIT_MIN_KTILES and split_count(m, n, k, sms)[0] > 1:
+            return "split"
+        if ktiles >= FEW_TILES_MIN_KTILES:
+            return "narrow"
     for tile, least in (("wide", WIDE_MIN_BLOCKS_PER_SM), ("narrow", NARROW_MIN_BLOCKS_PER_SM)):
         bm, bn = TILES[tile][:2]
         if math.ceil(m / bm) * math.ceil(n / bn) >= least * sms:
