@@ -11,37 +11,19 @@ split-K tile with the default splits (``matmul_hopper.split_count``), ``public``
 view of a row-major [N, K] weight; ``nn``: B row-major [K, N]. Every call is checked first
 (output poisoned with NaN, relative error against a float64 product < 1e-2). Calls rotate
 over enough copies of the operands to exceed 3× the L2 (B comes from HBM, as in a model's
-layer), GPU time: ``REPS`` calls queued behind ``torch.cuda._sleep``, median of 15.
+layer), GPU time as decode_stream_table.py measures it (calls queued behind a sleep).
 """
 
 import argparse
-import statistics
+
+from decode_stream_table import gpu_us  # benchmarks/ is on sys.path as a script
 
 import kaionb
 from kaionb.kernels import matmul as mm
 
-REPS = 20
 N = 4096
 L2_COPIES_BYTES = 160_000_000
 TOL = 1e-2
-
-
-def gpu_us(torch, fn):
-    """Median GPU µs per call of ``fn(i)`` (i: the call's index)."""
-    for i in range(3):
-        fn(i)
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(15):
-        torch.cuda._sleep(3_000_000)
-        start.record()
-        for i in range(REPS):
-            fn(i)
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e3 / REPS)
-    return statistics.median(samples)
 
 
 def kernels(a, b, outs, copies):
