@@ -814,7 +814,9 @@ def matmul(a, b, *, out=None, dtype=None, precision: str = DEFAULT_PRECISION) ->
     and keeps float32 accuracy (relative error ~1e-6, 3 mmas per step), ``"tf32"`` runs
     one pass (10-bit mantissas: relative error ~1e-3, about 3× faster). On compute
     capability 9.0, 16-bit operands with 16-byte aligned rows run a wgmma + TMA kernel
-    when the output fills the GPU; elsewhere mma.sync.
+    when the output fills the GPU, and for M > 16 with K ≥ 1024 when it does not (from
+    K = 3072 with K split over the SMs); elsewhere mma.sync. Results are the same bits
+    from run to run.
 
     Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient
     (dA = dC·Bᵀ, dB = Aᵀ·dC, float32 gradients).
