@@ -57,7 +57,7 @@ def bench_ms(torch, fn):
 def kernel_name(m, n, k, sms, name):
     """What kaionb.matmul launches for this shape on this GPU (aligned operands)."""
     if compute_capability() == (9, 0) and name in ("f16", "bf16"):
-        tile = mh.choose_tile(m, n, sms)
+        tile = mh.choose_tile(m, n, sms, k)
         if tile is not None:
             return f"wgmma {tile}"
     group = "16bit" if name in ("f16", "bf16") else "tf32"

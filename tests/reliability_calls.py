@@ -163,8 +163,8 @@ def _matmul_wgmma(dtype, a_kmajor, b_kmajor, tile):
 
     compute-sanitizer's initcheck does not count a TMA store (cp.async.bulk.tensor) as a
     write: reading back a wide result flagged every element (2026-11-26, H200, CUDA 13).
-    So the wide entries write into an output poisoned with NaN before each call, and
-    check that no NaN is left: every element written, which initcheck cannot see."""
+    So the wide and split entries write into an output poisoned with NaN before each call,
+    and check that no NaN is left: every element written, which initcheck cannot see."""
     if tile == "narrow":
         def make(rng):
             a = _matrix(rng, (136, 200), dtype, transposed=not a_kmajor)
@@ -175,7 +175,7 @@ def _matmul_wgmma(dtype, a_kmajor, b_kmajor, tile):
     split = tile in mh.SPLIT_TILES
     k = 1000 if split else 200
 
-    def make_wide(rng):
+    def make_staged(rng):
         a = _matrix(rng, (136, k), dtype, transposed=not a_kmajor)
         b = _matrix(rng, (k, 264), dtype, transposed=b_kmajor)
         out = kaionb.empty((136, 264), dtype)
@@ -189,7 +189,7 @@ def _matmul_wgmma(dtype, a_kmajor, b_kmajor, tile):
                 raise AssertionError(f"{tile} wgmma matmul left {unwritten} elements unwritten")
             return out
         return call
-    return make_wide
+    return make_staged
 
 
 def _matmul_public(shape_a, shape_b, dtype, fn=kaionb.matmul):

@@ -294,6 +294,13 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(32, 4096, 132, 1024) == "narrow"
     assert mh.choose_tile(128, 4096, 132, 960) is None  # 15 k-tiles
     assert mh.choose_tile(64, 64, 132, 64) is None
+    # Fewer than a fifth of a wave of narrow tiles (not measured): mma.sync.
+    assert mh.choose_tile(64, 2048, 132, 8192) is None  # 16 narrow tiles
+    assert mh.choose_tile(64, 3456, 132, 8192) == "split"  # 27 narrow tiles
+    # Forced splits: clamped to one per k-tile, at least one.
+    assert mh.split_count(64, 4096, 4096, 132, splits=1000) == (64, 1)
+    assert mh.split_count(64, 4096, 4096, 132, splits=3) == (3, 22)
+    assert mh.split_count(64, 4096, 4096, 132, splits=0) == (1, 64)
     # Splits of at least MIN_SPLIT_KTILES k-tiles, the last one possibly shorter.
     assert mh.split_count(64, 1000, 3000, 132) == (10, 5)  # 47 k-tiles: 9 × 5 + 2
     assert mh.split_count(64, 128, 520, 132) == (2, 5)  # 9 k-tiles: 5 + 4
@@ -628,8 +635,9 @@ def test_wgmma_split_k(m, n, k, layout, splits):
 @gpu
 @hopper
 def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
-    """The public entries launch the Hopper kernel for a GPU-filling aligned shape and the
-    mma.sync kernels otherwise (unaligned rows, or a grid under half a wave)."""
+    """The public entries launch the Hopper kernel for a GPU-filling aligned shape, for
+    M > 16 on a fifth to half a wave of narrow tiles from K = 1024 (split from K = 3072),
+    and the mma.sync kernels otherwise (unaligned rows, M ≤ 16, shorter K)."""
     launched = []
     real = mh.launch
     monkeypatch.setattr(mh, "launch",

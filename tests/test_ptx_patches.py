@@ -172,6 +172,18 @@ def k_wgmma_n256_trans(u, f):
     STAGE_F16_N256(u[5], u[6], acc)
 
 
+LOAD_ADD_N128 = P.ld_global_accumulator_add(128)
+
+
+def k_accumulator_fold(u, f):
+    """A split-K fold's pieces: an accumulator added back from global memory (rows with
+    and without their flag) and an arrival counter."""
+    acc = P.accumulator_zeros(64)
+    acc = LOAD_ADD_N128(P.global_addr(f, 0), P.global_addr(f, 8), u[2], u[3], acc)
+    f[cuda.threadIdx.x] = acc[0] + acc[63]
+    u[0] = P.atom_global_add_u32(P.global_addr(u, 1), 1)
+
+
 def k_cluster(u, f):
     """Cluster rank, barriers, remote arrive and load, multicast TMA, TMA store and bulk
     groups, named barrier, setmaxnreg."""
@@ -302,6 +314,11 @@ CASES = {
          "p, 1, 1, 1, 0;", "st.global.v2.f32", "cvt.rn.bf16x2.f32", "st.global.b32",
          "cvt.rn.f16x2.f32", "st.shared.b32"],
         True,
+    ),
+    "accumulator_fold": (
+        k_accumulator_fold,
+        ["@r0 ld.global.v2.f32", "@r8 ld.global.v2.f32", "@r8 add.f32", "atom.global.add.u32"],
+        False,
     ),
     "cluster": (
         k_cluster,

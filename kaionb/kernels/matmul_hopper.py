@@ -15,11 +15,12 @@ CTA by multicast, two consumer warpgroups run wgmma from it (56 / 224 registers 
 ``setmaxnreg``), persistent over the tiles; its epilogue stores 16-bit outputs through
 the staged TMA store and f32 outputs straight from registers.
 
-Grids of few tiles (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs) take the
-"split" tile: the narrow tile with K split so that each SM gets one (tile, split) work
-item (``helpers.wgmma_pipeline``'s split-K schedule); the last split of a tile to finish
-adds the tiles' f32 partials from the stream's arrival workspace in split order (the
-same bits every run) and stores the sum. Same operands, layouts and outputs as the others.
+Grids of few tiles with M > 16 (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs)
+and K ≥ 3072 take the "split" tile (:func:`choose_tile`; K from 1024 the narrow tile
+alone): the narrow tile with K split so that each SM gets one (tile, split) work item
+(``helpers.wgmma_pipeline``'s split-K schedule); the last split of a tile to finish adds
+the tile's f32 partials from the stream's arrival workspace in split order (the same bits
+every run) and stores the sum. Same operands, layouts and outputs as the others.
 
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
@@ -36,7 +37,6 @@ from typing import NamedTuple
 
 from numba import cuda, float32, int32, int64, uint8, uint32, uint64
 
-from .._device import multiprocessor_count
 from .._tensor_map import tensor_map_2d
 from ..ptx_patches import (
     accumulator_zeros,
@@ -84,19 +84,22 @@ SPLIT_TILES = ("split",)
 PRODUCER_REGISTERS = 56
 CONSUMER_REGISTERS = 224
 # Tile choice: wide from 0.9 blocks per SM (2048² has 128 wide tiles on 132 SMs), narrow
-# from NARROW_MIN_BLOCKS_PER_SM; smaller grids split K (16-bit operands; s8 runs mma.sync).
+# from NARROW_MIN_BLOCKS_PER_SM; smaller grids of 16-bit products with M > 16 below.
 WIDE_MIN_BLOCKS_PER_SM = 0.9
 NARROW_MIN_BLOCKS_PER_SM = 0.45
-# Grids of at most SPLIT_MAX_BLOCKS_PER_SM narrow tiles with M > SPLIT_MIN_M (16-bit):
-# split-K from SPLIT_MIN_KTILES k-tiles of K, the narrow tile alone from
-# FEW_TILES_MIN_KTILES, mma.sync's split-K tiles below. H100, N = 4096, f16, µs mma.sync /
-# narrow / split (docs/perf-log-matmul.md #18): M = 128, K = 1024 18.7 / 13.1 / 19.0,
-# 2048 26.3 / 19.6 / 21.9, 3072 33.8 / 26.2 / 25.3, 4096 41.4 / 33.0 / 28.9; M = 32,
-# K = 2048 18.1 / 19.4 / 17.0; a split's partials and fold cost ~4 µs (K = 64: narrow 6.5,
-# split 10.8), the narrow tile's 32 CTAs ~6.6 µs per 1024 of K. M ≤ 16 keeps the weight
-# stream or the mma.sync decode tiles (row-major B at M = 16: 19.1 against 22.7 split).
-# One work item per SM (M = 128, K = 4096 with 2 / 4 / 6 / 8 splits: 27.5 / 28.9 / 44.1 /
-# 47.8 µs — past one wave the items queue), each split at least MIN_SPLIT_KTILES long.
+# Grids of SPLIT_MIN_BLOCKS_PER_SM to SPLIT_MAX_BLOCKS_PER_SM narrow tiles with M >
+# SPLIT_MIN_M (16-bit; the range measured: N = 4096, M = 32-256): split-K from
+# SPLIT_MIN_KTILES k-tiles of K, the narrow tile alone from FEW_TILES_MIN_KTILES, else
+# (and for grids of fewer tiles, not measured) mma.sync's split-K tiles. H100, f16, µs
+# mma.sync / narrow / split (benchmarks/small_m_matmul.py; docs/perf-log-matmul.md #18):
+# M = 128, K = 1024 18.9 / 13.0 / 23.2, 2048 26.2 / 19.5 / 21.7, 3072 33.8 / 26.2 / 25.3,
+# 4096 40.8 / 33.0 / 28.8; M = 32, K = 2048 18.1 / 19.4 / 17.0. A split's partials and fold
+# cost ~4 µs (K = 64: narrow 6.5, split 10.8); the narrow tile's 32 CTAs take ~6.6 µs per
+# 1024 of K. M ≤ 16 keeps the weight stream or the mma.sync decode tiles (row-major B at
+# M = 16: 19.1 against 22.7 split). One work item per SM (M = 64, K = 4096, 4 / 2 splits:
+# 24.9 / 26.0 µs; M = 128, K = 16384: 64.7 / 71.7; past one wave the items queue: M = 128,
+# K = 4096, 6 / 8 splits 44.1 / 47.8 against 28.9), each split at least MIN_SPLIT_KTILES.
+SPLIT_MIN_BLOCKS_PER_SM = 0.2
 SPLIT_MAX_BLOCKS_PER_SM = 0.5
 SPLIT_MIN_M = 16
 SPLIT_MIN_KTILES = 48
@@ -276,26 +279,32 @@ _KERNELS = {
 }
 
 
-def split_count(m: int, n: int, k: int, sms: int, dtype: str = "f16") -> tuple:
-    """(splits, k-tiles per split) of the split tile for an M×N×K product on ``sms`` SMs:
-    SPLIT_ITEMS_PER_SM work items per SM, each split at least MIN_SPLIT_KTILES k-tiles."""
+def split_count(m: int, n: int, k: int, ctas: int, dtype: str = "f16",
+                splits: int | None = None) -> tuple:
+    """(splits, k-tiles per split) of the split tile for an M×N×K product on a grid of at
+    most ``ctas`` CTAs: SPLIT_ITEMS_PER_SM work items per CTA, each split at least
+    MIN_SPLIT_KTILES k-tiles — or ``splits`` (tests, benchmarks), at most one per k-tile.
+    The last split may be shorter; none is empty."""
     bm, bn, bk, _ = geometry(dtype, "split")
-    tiles = -(-m // bm) * -(-n // bn)
     n_ktiles = -(-k // bk)
-    splits = max(1, min(SPLIT_ITEMS_PER_SM * sms // tiles, n_ktiles // MIN_SPLIT_KTILES))
-    kps = -(-n_ktiles // splits)
+    if splits is None:
+        tiles = -(-m // bm) * -(-n // bn)
+        splits = min(SPLIT_ITEMS_PER_SM * ctas // tiles, n_ktiles // MIN_SPLIT_KTILES)
+    kps = -(-n_ktiles // max(1, min(splits, n_ktiles)))
     return -(-n_ktiles // kps), kps
 
 
 def choose_tile(m: int, n: int, sms: int, k: int | None = None) -> str | None:
     """The tile class for an M×N output on ``sms`` SMs, or None where the grid would leave
     most SMs idle (mma.sync with split-K serves those shapes better). ``k``: the K of a
-    16-bit product, whose small grids with M > 16 split K where K is long, or run the
-    narrow tile where K is moderate (constants above; None: no split-K, as for s8)."""
+    16-bit product, whose grids of a fifth to half a wave of narrow tiles with M > 16 split
+    K where it is long, or run the narrow tile where it is moderate (the constants above;
+    None: no split-K, as for s8)."""
     narrow = math.ceil(m / TILES["narrow"][0]) * math.ceil(n / TILES["narrow"][1])
-    if k is not None and m > SPLIT_MIN_M and narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms:
+    if (k is not None and m > SPLIT_MIN_M
+            and SPLIT_MIN_BLOCKS_PER_SM * sms <= narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms):
         ktiles = -(-k // geometry("f16", "split")[2])
-        if ktiles >= SPLIT_MIN_KTILES and split_count(m, n, k, sms)[0] > 1:
+        if ktiles >= SPLIT_MIN_KTILES:  # then at least 2 splits of MIN_SPLIT_KTILES
             return "split"
         if ktiles >= FEW_TILES_MIN_KTILES:
             return "narrow"
@@ -321,7 +330,7 @@ class LaunchPlan(NamedTuple):
     k: int
     shape: tuple  # the caller's output shape (M×N, or a batch folded into M)
     kps: int = 0  # split tile: k-tiles per split (else 0)
-    partial_bytes: int = 0  # split tile: bytes of the f32 partials
+    workspace_bytes: int = 0  # split tile: bytes of all the f32 partials
     tiles: int = 0  # split tile: output tiles, one arrival counter each
 
 
@@ -342,22 +351,17 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
     most = compiled.max_active_clusters(CLUSTER, THREADS, shared) * CLUSTER_M
-    kps = partial_bytes = tiles = 0
+    kps = workspace_bytes = tiles = 0
     if tile in SPLIT_TILES:
-        n_ktiles = -(-k // bk)
-        if splits is None:
-            splits, kps = split_count(m, n, k, multiprocessor_count(), dtype)
-        else:
-            kps = -(-n_ktiles // max(1, min(splits, n_ktiles)))
-            splits = -(-n_ktiles // kps)
+        splits, kps = split_count(m, n, k, most, dtype, splits)
         tiles = -(-m // bm) * -(-n // bn)
-        partial_bytes = tiles * splits * bm * bn * 4
+        workspace_bytes = tiles * splits * bm * bn * 4
         grid = min(-(-tiles * splits // CLUSTER_M) * CLUSTER_M, most)
     else:
         cluster_tiles = -(-m // (bm * CLUSTER_M)) * -(-n // bn)  # ceil divisions
         grid = min(cluster_tiles * CLUSTER_M, most)
     plan = LaunchPlan(compiled, shared, grid, tmap_a, tmap_b, m, n, k,
-                      (m, n) if shape is None else tuple(shape), kps, partial_bytes, tiles)
+                      (m, n) if shape is None else tuple(shape), kps, workspace_bytes, tiles)
     run(plan, out, kind, dequant)
     return plan
 
@@ -372,7 +376,7 @@ def run(plan: LaunchPlan, out, kind: int, dequant: tuple = NO_DEQUANT) -> None:
                                64).ptr
     split = (0, 0, 0)
     if plan.kps:
-        partials, counters = workspace(arrival_workspace, plan.partial_bytes, plan.tiles)
+        partials, counters = workspace(arrival_workspace, plan.workspace_bytes, plan.tiles)
         split = (partials.ptr, counters.ptr, plan.kps)
     plan.compiled((plan.grid,), THREADS,
                   (plan.tmap_a.ptr, plan.tmap_b.ptr, tmap_c, out.ptr, plan.m, plan.n, plan.k,

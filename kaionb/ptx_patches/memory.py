@@ -1,4 +1,4 @@
-"""Addresses and 128-bit vector memory access.
+"""Addresses, 128-bit vector memory access, and one atomic (``atom.global.add.u32``).
 
 PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-ld
 (and ``st``, ``ld.global.nc``).

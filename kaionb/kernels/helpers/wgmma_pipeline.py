@@ -381,14 +381,13 @@ class WgmmaPipeline:
                 acc = mma(a_stage + 3 * A_K1, b_stage + 3 * B_K1, 1, TRANS_A, TRANS_B, acc)
                 wgmma_commit_group()
                 wgmma_wait_group(1)  # the previous K-step's group has read its stage
-                if kt > 0 and lane == 0:  # release it in every CTA (its B parts are here)
+                if kt > 0 and lane == 0:  # release it in every CTA that loaded it (release)
                     release(empty + 8 * ((step - 1) % STAGES))
                 step += 1
             wgmma_wait_group(0)
             if lane == 0:  # the tile's last stage
                 release(empty + 8 * ((step - 1) % STAGES))
             return acc, step
-
 
         @device_function
         def store_direct(out, m0, n0, row, col, M, N, acc):
