@@ -76,8 +76,8 @@ from .op import arrival_workspace, workspace
 TILES = {
     "wide": (128, 256, 64, 4),
     "narrow": (128, 128, 64, 6),
-    "split": (128, 128, 64, 6),
 }
+TILES["split"] = TILES["narrow"]
 SPLIT_TILES = ("split",)
 # Register split (setmaxnreg) of the 168 per thread a 384-thread block starts with:
 # 128 × 56 + 256 × 224 = 384 × 168.
