@@ -822,8 +822,9 @@ def _elementwise_calls():
 # Shapes per reduction stage: rows reduce the last axis, columns axis 0; two-stage shapes
 # are long enough for the split (R ≥ 2 chunks of the largest minimum chunk).
 # Columns: 7 wide, never whole 16-byte words (the scalar col kernel); colv 32 wide, whole
-# words for every dtype.
+# words for every dtype; flat: one contiguous row with a scalar tail.
 _REDUCE_SHAPES = {("row", False): ((8, 512), -1), ("row", True): ((2, 65536), -1),
+                  ("flat", True): (((1 << 20) + 5,), None),
                   ("col", False): ((64, 7), 0), ("col", True): ((4096, 7), 0),
                   ("colv", False): ((64, 32), 0), ("colv", True): ((4096, 32), 0)}
 

@@ -271,6 +271,7 @@ def test_plan_layout_empty_reduction():
     ("col", (1, 37, 1_000_000), 4), ("row", (1, 100, 1), 4), ("col", (1, 0, 7), 4),
     ("colv", (1, 8192, 8192), 4), ("colv", (4, 301, 320), 2), ("colv", (1, 20011, 48), 1),
     ("row", (1000, 2048, 1), 4),  # rows of a warp each, split in two chunks
+    ("flat", (1, 1 << 28, 1), 4), ("flat", (1, (1 << 20) + 3, 1), 2), ("flat", (1, 9000, 1), 8),
 ])
 def test_plan_grid(kind, shape, itemsize):
     sms = 132
@@ -279,7 +280,7 @@ def test_plan_grid(kind, shape, itemsize):
     assert bx * by == red.THREADS and bx & (bx - 1) == 0
     blocks, chunks = plan.grid
     o_size, r_size, i_size = shape
-    if kind == "row":
+    if kind in ("row", "flat"):
         assert blocks == -(-(o_size * i_size) // by)
     elif kind == "colv":  # a thread per 16-byte word of columns
         assert blocks == o_size * -(-(i_size * itemsize // 16) // bx)
@@ -289,8 +290,9 @@ def test_plan_grid(kind, shape, itemsize):
     if chunks > 1:  # every chunk non-empty, together exactly R; columns in one wave, rows
         # in ROW_SPLIT_WAVES of whole tiles (a load of every thread)
         assert (chunks - 1) * plan.chunk < r_size <= chunks * plan.chunk
-        if kind == "row":
-            assert plan.chunk % (bx * 16 // itemsize * red.ROW_LOADS) == 0
+        if kind in ("row", "flat"):
+            loads = red.FLAT_LOADS if kind == "flat" else red.ROW_LOADS
+            assert plan.chunk % (bx * 16 // itemsize * loads) == 0
             assert blocks * chunks <= sms * red.BLOCKS_PER_SM * red.ROW_SPLIT_WAVES
         else:
             assert plan.chunk % 16 == 0
@@ -323,6 +325,12 @@ def test_plan_grid_splits_few_long_reductions_only():
     assert red.plan_grid("colv", (1, 8192, 8192), 4, 132).grid == (64, 16)
     assert red.plan_grid("row", (8192, 8192, 1), 4, 132).grid == (8192, 1)
     assert red.plan_grid("row", (1, 1000, 1), 4, 132).grid == (1, 1)  # too short to split
+    # One contiguous row at its 4 blocks/SM: 2^28 / (4 · 132 · 4) = 127100.1 elements → 16
+    # groups of 8 loads (8192 float32); it splits exactly where the row kernel does.
+    assert red.plan_grid("flat", (1, 1 << 28, 1), 4, 132, 4).grid == (1, 2048)
+    for r_size in (16383, 16384, 16385):
+        assert (red.plan_grid("flat", (1, r_size, 1), 4, 132).grid
+                == red.plan_grid("row", (1, r_size, 1), 4, 132).grid)
 
 
 def test_samples_cover_every_op_dtype_and_variant():
@@ -333,7 +341,7 @@ def test_samples_cover_every_op_dtype_and_variant():
     assert dtypes == {_name(dt) for dt in ALL_DTYPES}
     assert variants == set(red.VARIANTS)
     kernels = red.samples()
-    assert len(kernels) <= 40
+    assert len(kernels) <= 44
     assert len({k.name for k in kernels}) == len(kernels)
     assert all(k.name.startswith("_reduce_") and len(k.signatures) == 1 for k in kernels)
 
@@ -594,17 +602,22 @@ def test_columns_read_in_words(dtype, ops, kernels_run):
 def test_rows_split_fold_in_one_launch(dtype, ops, kernels_run):
     """Rows cut in chunks (few outputs): the last chunk of each row to finish merges the
     row's partials in the same launch — a block per chunk (one long row, three rows, a
-    start one element in) and a warp per chunk (1000 rows of 8 KB). Repeats give the same
-    bits, and every arrival counter is back at zero."""
+    start one element in) and a warp per chunk (1000 rows of 8 KB). One contiguous row
+    from a 16-byte boundary (from the start, or 16 bytes in; R not a multiple of 16
+    bytes) takes the flat kernel, except argmax/argmin. Repeats give the same bits, and
+    every arrival counter is back at zero."""
     from kaionb.kernels import op as opmod
 
     rng = np.random.default_rng(19)
-    cases = [(_sample("sum", dtype, ((1 << 20) + 3,), rng), None, None),
-             (_sample("sum", dtype, (3, 300_001), rng), 1, None),
-             (_sample("sum", dtype, ((1 << 20) + 3,), rng), None, lambda a: a[1:]),
-             (_sample("sum", dtype, (1000, 8192 // np.dtype(dtype).itemsize), rng), 1, None)]
+    vec = 16 // np.dtype(dtype).itemsize
+    cases = [(_sample("sum", dtype, ((1 << 20) + 3,), rng), None, None, True),
+             (_sample("sum", dtype, (3, 300_001), rng), 1, None, False),
+             (_sample("sum", dtype, ((1 << 20) + 3,), rng), None, lambda a: a[1:], False),
+             (_sample("sum", dtype, ((1 << 20) + 3,), rng), None, lambda a: a[vec:], True),
+             (_sample("sum", dtype, (1000, 8192 // np.dtype(dtype).itemsize), rng), 1, None,
+              False)]
     for op in ops:
-        for host, axis, view in cases:
+        for host, axis, view, flat in cases:
             if op in ARG_OPS:  # as _sample draws them (ties across chunks)
                 host = _sample(op, dtype, host.shape, rng)
             elif op in ("any", "all"):  # the answer hangs on one element near a row's end
@@ -616,7 +629,8 @@ def test_rows_split_fold_in_one_launch(dtype, ops, kernels_run):
             got = check(op, host, axis, view=view)
             stages = 2 if op in ("var", "std") else 1  # the mean, then the squares
             assert len(kernels_run) == stages, (op, host.shape, kernels_run)
-            assert all("_row_fold_" in k for k in kernels_run), (op, kernels_run)
+            want = "_flat_fold_" if flat and op not in ARG_OPS else "_row_fold_"
+            assert all(want in k for k in kernels_run), (op, kernels_run)
             again = getattr(red, op)((view or (lambda a: a))(kaionb.asarray(host)), axis)
             assert got.get().tobytes() == again.get().tobytes(), (op, host.shape)
     kaionb.current_stream().synchronize()

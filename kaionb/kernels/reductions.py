@@ -48,6 +48,10 @@ winner's index) goes to partials in the accumulator type:
   at its row's counter; the last chunk of the row to arrive merges the row's S partials
   — the same threads the same partials whichever chunk is last, so the result is the
   same bits every run — writes the output and resets the counter to 0. One launch.
+- ``flat_fold``: ``row_fold`` for one contiguous row from a 16-byte boundary (``sum(x)``
+  of a contiguous array; not argmax/argmin): no head, no per-row index arithmetic, chunks
+  of whole groups of FLAT_LOADS loads (8 in flight per thread at 4 blocks/SM), the scalar
+  tail in the last chunk.
 - columns (``*_partial``, one wave): the partials laid out (S, O, I) in a fresh array, and
   a second launch (``*_merge``) reduces them with the same kernels, S taking R's place.
 
@@ -130,6 +134,12 @@ BLOCKS_PER_SM = 8
 # µs, max 362.9 / 361.5 / 355.2 / 356.9). argmax/argmin, bound by their index compares
 # rather than by memory, run one wave (400 / 404 / 411 / 417 µs).
 ROW_SPLIT_WAVES = 4
+# One contiguous row split in chunks ("flat", full reductions of a contiguous array): 8
+# 16-byte loads in flight per thread (float32 sum: 64 registers, 4 blocks/SM; 2^28 float32
+# on the H100, same process: sum 349.2–349.5 µs against row_fold's 349.1–355.0 and CuPy's
+# 349.9–356.3; 4 loads × 6 blocks and 6 × 5 were no faster, 4 × 8 spills; no min-blocks
+# bound: at 64 registers it made the 8-byte types and any/all spill).
+FLAT_LOADS = 8
 INDEX_NONE = int(np.iinfo(np.int64).max)  # an accumulator that has seen no element yet
 
 _ARG_OPS = ("argmax", "argmin")
@@ -143,8 +153,8 @@ _EMPTY_ERRORS = {
     "argmax": "attempt to get argmax of an empty sequence",
     "argmin": "attempt to get argmin of an empty sequence",
 }
-VARIANTS = ("row", "row_fold", "col", "colv", "col_partial", "colv_partial", "col_merge",
-            "colv_merge")
+VARIANTS = ("row", "row_fold", "flat_fold", "col", "colv", "col_partial", "colv_partial",
+            "col_merge", "colv_merge")
 
 
 # -- dtypes ----------------------------------------------------------------------------------
@@ -408,36 +418,42 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
 
         return walk_elements
 
-    @device_function
-    def vector_group(raw, body, k, step, count, e0, m, av, ai):
-        """The vectors k + u·step (u < count ≤ VECTOR_LOADS) into accumulator u, every load
-        issued before any is used."""
-        for u in range(VECTOR_LOADS):
-            if u < count:
-                w = ld_global_nc_v4_u32(body + uint64(16 * (k + u * step)))
-                for q in range(4):
-                    raw[u, q] = w[q]
-        for u in range(VECTOR_LOADS):
-            if u < count:
-                v, j = fold(av[u], ai[u], (raw[u, 0], raw[u, 1], raw[u, 2], raw[u, 3]),
-                            e0 + (k + u * step) * VEC, m)
-                av[u] = v
-                ai[u] = j
+    def vector_walker(LOADS):
+        """walk_vectors with LOADS 16-byte loads in flight per thread, and its group."""
+        @device_function
+        def vector_group(raw, body, k, step, count, e0, m, av, ai):
+            """The vectors k + u·step (u < count ≤ LOADS) into accumulator u, every load
+            issued before any is used."""
+            for u in range(LOADS):
+                if u < count:
+                    w = ld_global_nc_v4_u32(body + uint64(16 * (k + u * step)))
+                    for q in range(4):
+                        raw[u, q] = w[q]
+            for u in range(LOADS):
+                if u < count:
+                    v, j = fold(av[u], ai[u], (raw[u, 0], raw[u, 1], raw[u, 2], raw[u, 3]),
+                                e0 + (k + u * step) * VEC, m)
+                    av[u] = v
+                    ai[u] = j
 
-    @device_function
-    def walk_vectors(body, first, end, step, e0, m, av, ai):
-        """Merge the 16-byte vectors k = first, first + step, ... < end at ``body`` (the
-        elements e0 + k·VEC onwards) into the VECTOR_LOADS accumulators: whole groups with
-        no bounds checks, then one group of the rest (against a check on every load,
-        argmax over 2^28 float32 on the H100 400 → 370 µs). A counted loop: with a while
-        on k, ptxas spilled in more kernels (docs/perf-log-primitives.md, tenth session)."""
-        raw = cuda.local.array((VECTOR_LOADS, 4), uint32)
-        mine = (end - first + step - 1) // step if first < end else 0
-        k = first
-        for _ in range(mine // VECTOR_LOADS):
-            vector_group(raw, body, k, step, VECTOR_LOADS, e0, m, av, ai)
-            k += VECTOR_LOADS * step
-        vector_group(raw, body, k, step, mine % VECTOR_LOADS, e0, m, av, ai)
+        @device_function
+        def walk_vectors(body, first, end, step, e0, m, av, ai):
+            """Merge the 16-byte vectors k = first, first + step, ... < end at ``body`` (the
+            elements e0 + k·VEC onwards) into the LOADS accumulators: whole groups with
+            no bounds checks, then one group of the rest (against a check on every load,
+            argmax over 2^28 float32 on the H100 400 → 370 µs). A counted loop: with a while
+            on k, ptxas spilled in more kernels (docs/perf-log-primitives.md, tenth session)."""
+            raw = cuda.local.array((LOADS, 4), uint32)
+            mine = (end - first + step - 1) // step if first < end else 0
+            k = first
+            for _ in range(mine // LOADS):
+                vector_group(raw, body, k, step, LOADS, e0, m, av, ai)
+                k += LOADS * step
+            vector_group(raw, body, k, step, mine % LOADS, e0, m, av, ai)
+
+        return walk_vectors
+
+    walk_vectors = vector_walker(VECTOR_LOADS)
 
     def accumulators(LOADS):
         @device_function
@@ -475,7 +491,7 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
                      f"{storage(acc_dt)}[:, :, :], int64[:, :, :], uint32[:], int64, float64)")
     name = f"_reduce_{op}_fwd_kernel_{variant}_{in_dt.name}_{acc_dt.name}_{out_dt.name}"
 
-    if layout == "row":
+    if layout in ("row", "flat"):
         walk_elements = element_walker(ROW_LOADS)
         start, merged = accumulators(ROW_LOADS)
 
@@ -517,6 +533,76 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
         walk_partials = element_walker(ROW_LOADS, _element(op, acc_dt, acc_dt, acc_dt, True),
                                        compute_type(np.dtype(storage(acc_dt))), is_arg)
 
+        @device_function
+        def fold_arrival(parts, parts_i, counters, out, row, o, i, s, chunks, t, T, v, idx,
+                         divisor, sv, si, av, ai):
+            """Chunk s's (v, idx) of ``row`` into the partials; the last chunk of the row to
+            arrive merges them all and stores the row's output."""
+            last = int32(0)
+            if t == 0:
+                parts[row, s, 0] = v
+                if is_arg:
+                    parts_i[row, s, 0] = idx
+                # Release: the partial is visible GPU-wide before its arrival is counted.
+                cuda.threadfence()
+                arrived = cuda.atomic.add(counters, row, uint32(1))
+                last = int32(arrived == uint32(chunks - 1))
+                if last != 0:
+                    counters[row] = uint32(0)  # every chunk is in: ready for the next launch
+            if T > 32:
+                last = cuda.syncthreads_or(last)
+            else:
+                last = cuda.shfl_sync(FULL_MASK, last, 0)
+                # A shuffle carries the value but orders no memory; bar.warp.sync does.
+                cuda.syncwarp()
+            if last == 0:
+                return
+            cuda.threadfence()  # acquire: the other chunks' partials, not stale copies
+            # The same threads merge the same partials, whichever block is last: the same bits.
+            start(av, ai)
+            walk_partials(parts, parts_i, row, 0, t, chunks, T, acc_type(0), av, ai)
+            v, idx = merged(av, ai)
+            v, idx = group_reduce(v, idx, T, sv, si)
+            if t == 0:
+                store(out, parts_i, o, 0, i, v, idx, divisor)
+
+        walk_flat = vector_walker(FLAT_LOADS)
+        start_flat, merged_flat = accumulators(FLAT_LOADS)
+
+        @kernel([row_signature], name=name, registered=False, launch_bounds=THREADS)
+        def _reduce_flat_fwd_kernel(x, xi, mean, out, parts, parts_i, counters, chunk,
+                                    divisor):
+            """x [1, R, 1] contiguous from a 16-byte boundary, chunk s of R (whole 16-byte
+            tiles) per blockIdx.y: no index arithmetic, no head (module doc, "flat")."""
+            sv = cuda.shared.array(WARPS, acc_type)
+            si = cuda.shared.array(WARPS, int64)
+            av = cuda.local.array(FLAT_LOADS, acc_type)
+            ai = cuda.local.array(FLAT_LOADS, int64)
+            t = int32(cuda.threadIdx.x)
+            s = int64(cuda.blockIdx.y)
+            chunks = int64(cuda.gridDim.y)
+            m = mean[0, 0] if CENTERED else acc_type(0)
+            start_flat(av, ai)
+            n = x.shape[1]
+            vectors = n // VEC
+            first = s * (chunk // VEC)
+            end = first + chunk // VEC
+            if end > vectors:
+                end = vectors
+            walk_flat(global_addr(x, (0, 0, 0)), first + t, end, THREADS, 0, m, av, ai)
+            if s == chunks - 1 and t < n - vectors * VEC:  # the last chunk: the scalar tail
+                r = vectors * VEC + t
+                v, j = merge(av[0], ai[0], element(x[0, r, 0], m), r)
+                av[0] = v
+                ai[0] = j
+            v, idx = merged_flat(av, ai)
+            v, idx = block_reduce(v, idx, 1, sv, si)
+            fold_arrival(parts, parts_i, counters, out, 0, 0, 0, s, chunks, t, THREADS, v, idx,
+                         divisor, sv, si, av, ai)
+
+        if layout == "flat":
+            return _reduce_flat_fwd_kernel
+
         @kernel([row_signature], name=name, registered=False, launch_bounds=THREADS)
         def _reduce_rows_fwd_kernel(x, xi, mean, out, parts, parts_i, counters, chunk,
                                     divisor):
@@ -545,33 +631,8 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
                 n = chunk
             v, idx = row_part(x, xi, mean, o, i, r0, n, t, T, av, ai)
             v, idx = group_reduce(v, idx, T, sv, si)
-            last = int32(0)
-            if t == 0:
-                parts[row, s, 0] = v
-                if is_arg:
-                    parts_i[row, s, 0] = idx
-                # Release: the partial is visible GPU-wide before its arrival is counted.
-                cuda.threadfence()
-                arrived = cuda.atomic.add(counters, row, uint32(1))
-                last = int32(arrived == uint32(chunks - 1))
-                if last != 0:
-                    counters[row] = uint32(0)  # every chunk is in: ready for the next launch
-            if T > 32:
-                last = cuda.syncthreads_or(last)
-            else:
-                last = cuda.shfl_sync(FULL_MASK, last, 0)
-                # A shuffle carries the value but orders no memory; bar.warp.sync does.
-                cuda.syncwarp()
-            if last == 0:
-                return
-            cuda.threadfence()  # acquire: the other chunks' partials, not stale copies
-            # The same threads merge the same partials, whichever block is last: the same bits.
-            start(av, ai)
-            walk_partials(parts, parts_i, row, 0, t, chunks, T, acc_type(0), av, ai)
-            v, idx = merged(av, ai)
-            v, idx = group_reduce(v, idx, T, sv, si)
-            if t == 0:
-                store(out, parts_i, o, 0, i, v, idx, divisor)
+            fold_arrival(parts, parts_i, counters, out, row, o, i, s, chunks, t, T, v, idx,
+                         divisor, sv, si, av, ai)
 
         return _reduce_rows_fwd_kernel
 
@@ -688,7 +749,8 @@ def _stage_kernel(op: str, in_dt, variant: str, requested=None):
 # (op, input dtype, variant): every op, every input dtype and every variant at least once,
 # each accumulator kind and the 16-byte unpacking of each element size (row variants).
 _SAMPLES = (
-    ("sum", "float32", "row"), ("sum", "float32", "row_fold"),
+    ("sum", "float32", "row"), ("sum", "float32", "row_fold"), ("sum", "float32", "flat_fold"),
+    ("var", "int8", "flat_fold"), ("max", "bfloat16", "flat_fold"), ("all", "bool", "flat_fold"),
     ("sum", "float32", "col_merge"), ("sum", "float16", "col"), ("sum", "bfloat16", "row"),
     ("sum", "int8", "row"), ("sum", "uint16", "row"), ("sum", "bool", "col_partial"),
     ("prod", "int32", "row"), ("prod", "float64", "col"),
@@ -858,13 +920,15 @@ def plan_grid(kind: str, shape: tuple, itemsize: int, sms: int,
     — every block resident at once, so none is left to run alone at the end — rows into
     ``row_waves`` waves of chunks of whole tiles (a tile: one load of every thread)."""
     o_size, r_size, i_size = shape
-    if kind == "row":
+    if kind in ("row", "flat"):
         rows = o_size * i_size
         warp_rows = r_size * itemsize <= WARP_ROW_BYTES and rows >= 4 * sms
         block = (32, THREADS // 32) if warp_rows else (THREADS, 1)
         blocks = -(-rows // block[1])
         align = block[0] * (16 // itemsize) * ROW_LOADS
         min_chunk = 2 * align
+        if kind == "flat":  # chunks of whole groups of FLAT_LOADS: no bounds checks
+            align = block[0] * (16 // itemsize) * FLAT_LOADS
         waves = row_waves
     elif kind == "colv":
         words = i_size * itemsize // 16
@@ -928,15 +992,20 @@ def _reduce_stages(op, x3, out3, kind, acc_dt, divisor, mean=None):
     no_index = _nothing(np.dtype(np.int64), 3, device)
     mean = _nothing(acc_dt, 2, device) if mean is None else mean
     row_waves = 1 if op in _ARG_OPS else ROW_SPLIT_WAVES
-    plan = plan_grid(kind, x3.shape, x3.itemsize, sms, row_waves=row_waves)
     o_size, r_size, i_size = x3.shape
+    if (kind == "row" and o_size * i_size == 1 and op not in _ARG_OPS
+            and x3.strides[1] == x3.itemsize and x3.ptr % 16 == 0):
+        kind = "flat"
+    plan = plan_grid(kind, x3.shape, x3.itemsize, sms, row_waves=row_waves)
     if plan.grid[1] > 1:  # worth a split at full occupancy: size it to the real one
-        stage1 = (reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, "row_fold") if kind == "row"
+        stage1 = (reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, kind + "_fold")
+                  if kind in ("row", "flat")
                   else reduce_kernel(op, x3.dtype, acc_dt, acc_dt, kind + "_partial"))
         stage1 = Plan.of(stage1, plan.grid, plan.block)
         plan = plan_grid(kind, x3.shape, x3.itemsize, sms,
                          _resident_blocks(stage1.kernel, THREADS), row_waves=row_waves)
     if plan.grid[1] == 1:
+        kind = "row" if kind == "flat" else kind  # one chunk: the row kernel, no partials
         one = Plan.of(reduce_kernel(op, x3.dtype, acc_dt, out3.dtype, kind), plan.grid,
                       plan.block)
         if kind == "row":  # no partials, no counters
@@ -946,7 +1015,7 @@ def _reduce_stages(op, x3, out3, kind, acc_dt, divisor, mean=None):
             one.launch(x3, no_index, mean, out3, no_index, plan.chunk, divisor)
         return
     chunks = plan.grid[1]
-    if kind == "row":  # one launch: the last chunk of a row to finish merges the row's
+    if kind in ("row", "flat"):  # one launch: a row's last chunk to finish merges them
         rows, a = o_size * i_size, acc_dt.itemsize
         at = -(-rows * chunks * a // 256) * 256  # argmax/argmin: the indices from here
         partials, counters = workspace(arrival_workspace,
