@@ -178,11 +178,18 @@ def planned(monkeypatch):
      2 * 1024 * 48),
     (bfloat16, bfloat16, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_bfloat16", 1024, -1,
      2, 2 * 1024 * 32),
+    # Wider rows: a cluster of 16 CTAs holding x, g and the dw accumulators (16 a thread)
+    # in shared memory: 1024 chunks of 48 bytes a stage and 512 × 16 accumulators, two
+    # stages; at 262144 2048 chunks and 1024 threads, and one stage.
+    (bfloat16, F32, 131072, "_rms_norm_bwd_kernel_cluster16_bfloat16_float32", 512, -1, 2,
+     2 * 1024 * 48 + 512 * 16 * 4),
+    (bfloat16, F32, 262144, "_rms_norm_bwd_kernel_cluster16_bfloat16_float32", 1024, -1, 1,
+     2048 * 48 + 1024 * 16 * 4),
     # Streaming: a misaligned row (251 chunks of 4 float32 and one for the ragged ends) and
-    # a row wider than 8 CTAs (chunks of 8: 16 bytes of x, 32 of g, cached up to 96 KiB).
+    # a row wider than 16 CTAs (chunks of 8: 16 bytes of x, 32 of g, cached up to 96 KiB).
     (F32, F32, 4096, "_rms_norm_bwd_kernel_float32_float32", 512, -1, 1, 1024 * 32),
     (F32, F32, 1001, "_rms_norm_bwd_kernel_wide_float32_float32", 256, 252, 1, 252 * 32),
-    (bfloat16, F32, 131072, "_rms_norm_bwd_kernel_wide_bfloat16_float32", 512, 2048, 1,
+    (bfloat16, F32, 524288, "_rms_norm_bwd_kernel_wide_bfloat16_float32", 512, 2048, 1,
      98304),
 ])
 def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, stages, shared):
@@ -194,10 +201,12 @@ def test_rms_norm_bwd_plan(planned, x_dt, g_dt, n, kernel, threads, cache, stage
                        out=(dx, dw))
     assert got[0] is dx and got[1] is dw
     (name, grid, block, shared_mem, args), (_, part, final) = planned
-    # A wave of 264 blocks; with a cluster, 33 clusters of 8 (partials per cluster).
-    parts = 264 // 8 if "cluster" in kernel else 264
-    assert (name, grid, block, shared_mem, args[-2:]) == (kernel, (264,), (threads,), shared,
-                                                          (cache, stages))
+    # A wave of 264 blocks; with a cluster, 33 clusters of 8 or 16 of 16 (partials per
+    # cluster).
+    size = 16 if "cluster16" in kernel else 8 if "cluster" in kernel else 1
+    parts = 264 // size
+    assert (name, grid, block, shared_mem, args[-2:]) == (
+        kernel, (parts * size,), (threads,), shared, (cache, stages))
     assert args[5] is part and part.shape == (parts, n) and part.dtype == F32 and final is dw
     assert args[7:11] == (n, 1e-6, 0, 0)  # n, eps, has_bias, has_gs
 
@@ -223,6 +232,19 @@ def test_layer_norm_bwd_cluster_of_512_thread_ctas(planned):
     (name, grid, block, shared_mem, args), *_ = planned
     assert (name, block, shared_mem, args[-2:]) == (
         "_layer_norm_bwd_kernel_cluster8_float16_float16", (512,), 2 * 1024 * 32, (-1, 2))
+
+
+def test_layer_norm_bwd_shared_rows_where_they_fit(planned):
+    # At 262144 elements a CTA of the 16 holds 16384 dw and db accumulators (128 KiB): one
+    # stage of float16 x and g (64 KiB) fits beside them, float32 (128 KiB) does not.
+    n = 262144
+    for dt, name, shared, stages in (
+            (np.float16, "_layer_norm_bwd_kernel_cluster16_float16_float16", 65536 + 131072, 1),
+            (F32, "_layer_norm_bwd_kernel_wide_float32_float32", 98304, 1)):
+        layer_norm_bwd(fake((100, n), dt), fake((100, n), dt), fake((n,), dt))
+        (got, grid, block, shared_mem, args), *_ = planned
+        assert (got, shared_mem, args[-1]) == (name, shared, stages)
+        planned.clear()
 
 
 def test_norm_bwd_no_cluster_before_sm_90(planned):
@@ -464,6 +486,39 @@ def test_bwd_paths_and_large_magnitudes(dtypes, n):
     assert_dx(dx, rdx, _dy_scale(g, x, w, 1e-5, layer=True), g_dt)
     assert_dw(dw, rdw)
     assert_dw(db, rdb, "dbias")
+
+
+@gpu
+@pytest.mark.parametrize("dtypes", GRAD_DTYPES, ids=_ids)
+@pytest.mark.parametrize("rows, n", [(40, 131072), (20, 262144), (3, 262152)])
+def test_bwd_wide_rows_in_a_cluster_of_16(dtypes, rows, n, kernels_run):
+    # Rows too wide for 8 CTAs' registers: x, g and the dw (db) accumulators in the shared
+    # memory of 16 CTAs (sm_90; two stages at 131072, one at 262144; several rows per
+    # cluster), streaming where they do not fit (float32 LayerNorm at 262144, 262152).
+    # Against float64 with NaN-poisoned outputs; dw bit-identical on a repeat.
+    x_dt, g_dt = dtypes
+    x, g, w = _inputs(rows, n, x_dt, g_dt, n + rows, x_scale=3.0, x_offset=1.0)
+    b = random_array((n,), x_dt, rng=np.random.default_rng(4))
+    args = [kaionb.asarray(a) for a in (g, x, w, b)]
+    sm90 = norms.compute_capability() >= (9, 0)
+    for layer, ref in ((False, rms_norm_bwd_ref(g, x, w)),
+                       (True, layer_norm_bwd_ref(g, x, w, b))):
+        out = (kaionb.full((rows, n), np.nan, g_dt), kaionb.full((n,), np.nan, F32)) + (
+            (kaionb.full((n,), np.nan, F32),) if layer else ())
+        call = (lambda: layer_norm_bwd(*args, out=out)) if layer else (
+            lambda: rms_norm_bwd(*args[:3], out=out))
+        kernels_run.clear()
+        got = call()
+        fits = n <= 262144 and not (layer and x_dt == F32 and g_dt == F32 and n == 262144)
+        want = "_cluster16_" if sm90 and fits else "_wide_"
+        assert want in kernels_run[0], kernels_run
+        assert_dx(got[0], ref[0], _dy_scale(g, x, w, 1e-5 if layer else 1e-6, layer), g_dt)
+        for a, r, what in zip(got[1:], ref[1:], ("dweight", "dbias")):
+            assert_dw(a, r, what)
+        first = [a.get() for a in got[1:]]
+        again = [a.get() for a in call()[1:]]
+        assert all(np.array_equal(a.view(np.uint32), b_.view(np.uint32))
+                   for a, b_ in zip(first, again))
 
 
 @gpu

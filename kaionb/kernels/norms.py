@@ -43,10 +43,13 @@ with a float32 gradient: one 16-byte load of x, two of g). On the staged path a 
 owns 8 or 16 elements of the row and their dw (db) accumulators (``_bwd_reg_elems``):
 x and g come into shared memory by cp.async, the next row's while this one is reduced
 and written (two rows staged where shared memory allows), so one pass over HBM for rows
-up to 8192 or 16384 elements in one CTA, and up to 65536 over a thread-block cluster of
-8 CTAs on sm_90 (the row sums reduced across the cluster through distributed shared
-memory). Other rows take the streaming kernel (the row read twice, the first 96 KiB of
-x and g parked in shared memory).
+up to 8192 or 16384 elements in one CTA, up to 65536 over a thread-block cluster of 8
+CTAs on sm_90 (the row sums reduced across the cluster through distributed shared
+memory), and up to 262144 over a cluster of 16 whose CTAs keep the row's x and g and
+their dw (db) accumulators in shared memory, registers holding one chunk at a time.
+Other rows (and float32 LayerNorm at 262144, whose stage and accumulators exceed a CTA's
+227 KiB) take the streaming kernel (the row read twice, the first 96 KiB of x and g
+parked in shared memory).
 
 Weight gradients are deterministic: the grid is one wave of P blocks (or clusters),
 block p takes rows p, p + P, ... in order and keeps its partial dw in float32
@@ -116,6 +119,10 @@ from .op import C_CONTIGUOUS, LAST_AXIS, Plan, _span, fast_path, output, outputs
 from .reductions import reduce_fwd
 
 F32 = np.dtype(np.float32)
+# The backward's cluster for rows too wide for MAX_CLUSTER CTAs' registers: x, g and the dw
+# accumulators held in its shared memory (non-portable: the H100 allows 16), as much as a
+# CTA may have (227 KiB on sm_90, less the static arrays: the kernel's max_dynamic_shared).
+SHARED_ROWS_CLUSTER = 16
 
 
 def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
@@ -127,7 +134,11 @@ def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
     float32 g, 72-80 with a float32 x) and for LayerNorm, which also keeps db (16 spilled
     56-236 bytes). In a cluster, where the cluster's offsets take registers: 8 for RMSNorm
     (16 spilled 4 bytes), 16 for LayerNorm in CTAs of up to 512 threads (8 at 1024
-    threads spilled 4 bytes for float32): rows up to 65536."""
+    threads spilled 4 bytes for float32): rows up to 65536. In a cluster of
+    SHARED_ROWS_CLUSTER CTAs, x and g stay in shared memory and the registers hold only
+    the dw (db) accumulators: 16 for both (1024 threads), rows up to 262144."""
+    if cluster == SHARED_ROWS_CLUSTER:
+        return 16
     if cluster > 1:
         return 16 if op == "layer_norm" else 8
     halves = x_dtype != F32 and g_dtype != F32
@@ -136,7 +147,7 @@ def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
 
 def _bwd_threads(op, cluster=1):
     """The most threads a CTA of the staged path has (its launch bound)."""
-    return 512 if op == "layer_norm" and cluster > 1 else MAX_THREADS
+    return 512 if op == "layer_norm" and cluster == MAX_CLUSTER else MAX_THREADS
 
 
 # -- forward ---------------------------------------------------------------------------------
@@ -425,9 +436,13 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     ``cluster`` > 1 (sm_90, staged path): a row too wide for one block is split over the
     ``cluster`` CTAs of a thread-block cluster, rank k taking the k-th run of chunks; p
     and P count clusters, and the row sums are reduced over the cluster (cluster_sums).
-    LayerNorm's cluster CTAs have up to 512 threads (128 registers; :func:`_bwd_threads`)."""
+    LayerNorm's cluster CTAs have up to 512 threads (128 registers; :func:`_bwd_threads`).
+    In a cluster of SHARED_ROWS_CLUSTER CTAs (non-portable; rows up to 262144) the row's
+    chunks are read from shared memory in each of the two sweeps instead of being held in
+    registers, which then take only the dw (db) accumulators."""
     LAYER_NORM = op == "layer_norm"
     CLUSTER = cluster
+    SHARED_ROWS = cluster == SHARED_ROWS_CLUSTER
     CH = max(x_codec.vec, g_codec.vec)  # elements per chunk: one words4 of the narrower
     xio, gio = chunk_io(x_codec, CH), chunk_io(g_codec, CH)
     XW, GW = xio.words, gio.words
@@ -442,8 +457,13 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     CW = XW + GW  # shared-memory words of one cached chunk (x, then g)
     KC = _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype, cluster) // CH
     E = KC * CH
-    REG_X, REG_G = KC * XW, KC * GW  # local-array sizes must be plain constants
-    EB = E if LAYER_NORM else 1
+    # Local-array sizes must be plain constants: the thread's chunks, or one at a time.
+    REG_X, REG_G = (XW, GW) if SHARED_ROWS else (KC * XW, KC * GW)
+    # The dw (db) accumulators: E (each) per thread in registers, or in SHARED_ROWS after
+    # the stages in shared memory, accumulator i of thread t at word i·T + t (db from
+    # E·T on): conflict-free, and 16 per thread at 1024 threads without spills.
+    AW = 1 if SHARED_ROWS else E
+    EB = E if LAYER_NORM and not SHARED_ROWS else 1
     head_of, decode = x_codec.head, x_codec.decode
     row_sums = cluster_sums(4 if LAYER_NORM else 2, CLUSTER)
     row_mean = block_sums(1)
@@ -492,12 +512,21 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 x_load_async(x, r, e0, cache, at + v * XW)
                 g_load_async(g, r, e0, cache, at + g_at + v * GW)
 
+    @device_function
+    def chunk_regs(cache, base, g_at, v, rx, rg):
+        """SHARED_ROWS: chunk v of the stage at ``base`` into rx / rg (else they hold the
+        thread's chunks already)."""
+        if SHARED_ROWS:
+            x_from_shared(cache, base + v * XW, rx, 0)
+            g_from_shared(cache, base + g_at + v * GW, rg, 0)
+
     @kernel([f"void({XS}[:, :], {GS}[:, :], {XS}[:, :], {GS}[:, :], {GS}[:, :], "
              "float32[:, :], float32[:, :], int32, float32, int32, int32, int32, int32)"],
             name=name, max_dynamic_shared_bytes=WIDE_CACHE_BYTES if streaming else
-            2 * _bwd_threads(op, CLUSTER) * KC * CW * 4,
+            227 * 1024 if SHARED_ROWS else 2 * _bwd_threads(op, CLUSTER) * KC * CW * 4,
             launch_bounds=(WIDE_THREADS, 1) if streaming else (_bwd_threads(op, CLUSTER), 1),
-            min_cc=(9, 0) if CLUSTER > 1 else (8, 0))
+            min_cc=(9, 0) if CLUSTER > 1 else (8, 0),
+            non_portable_cluster=CLUSTER > MAX_CLUSTER)
     def _norm_bwd_kernel(x, g, w, gs, dx, dw_part, db_part, n, eps, has_bias, has_gs,
                          cache_chunks, stages):
         scratch = cuda.shared.array(128, float32)
@@ -517,9 +546,9 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
         if not streaming:
             rx = cuda.local.array(REG_X, uint32)
             rg = cuda.local.array(REG_G, uint32)
-            aw = cuda.local.array(E, float32)
+            aw = cuda.local.array(AW, float32)
             ab = cuda.local.array(EB, float32)
-            for j in range(E):
+            for j in range(AW):
                 aw[j] = float32(0.0)
             for j in range(EB):
                 ab[j] = float32(0.0)
@@ -536,6 +565,11 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
             g_at = per_cta * XW
             stage_words = per_cta * (XW + GW)
             red_at = int32(0)  # cluster_sums' slots: sets 0 and 4 by turns, row by row
+            acc = cuda.shared.array(0, float32)  # the same dynamic shared memory as cache
+            acc_at = stages * stage_words
+            if SHARED_ROWS:
+                for j in range(E * (2 if LAYER_NORM else 1)):
+                    acc[acc_at + j * T + t] = float32(0.0)
             # Rows reach shared memory by cp.async, each thread copying, then reading into
             # its registers, only its own chunks; the next row's copies are in flight while
             # this row is reduced and written (one 1024-thread block per SM has nothing
@@ -555,11 +589,12 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 shift = decode(x[r, 0]) if LAYER_NORM and CLUSTER > 1 else float32(0.0)
                 cp_async_wait_group(1)
                 base = slot * stage_words
-                for k in range(KC):
-                    v = t + k * T
-                    if v < nc:
-                        x_from_shared(cache, base + v * XW, rx, k * XW)
-                        g_from_shared(cache, base + g_at + v * GW, rg, k * GW)
+                if not SHARED_ROWS:
+                    for k in range(KC):
+                        v = t + k * T
+                        if v < nc:
+                            x_from_shared(cache, base + v * XW, rx, k * XW)
+                            g_from_shared(cache, base + g_at + v * GW, rg, k * GW)
                 if stages == 2:
                     slot ^= 1
                 # Σ d², Σ dy·d, Σ dy, Σ d with d = x − shift, one barrier round. LayerNorm
@@ -583,14 +618,15 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 for k in range(KC):
                     v = t + k * T
                     if v < nc:
-                        x_unpack(rx, k * XW, fx)
-                        g_unpack(rg, k * GW, fg)
+                        chunk_regs(cache, base, g_at, v, rx, rg)
+                        x_unpack(rx, 0 if SHARED_ROWS else k * XW, fx)
+                        g_unpack(rg, 0 if SHARED_ROWS else k * GW, fg)
                         x_load_aligned(w, 0, (c0 + v) * CH, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         accumulate(sums, fx, fg, fw, shift)
                 row_sums(sums, scratch, slots, red_at)
                 red_at ^= 4
-                if stages == 1 and nxt < rows:
+                if stages == 1 and nxt < rows and not SHARED_ROWS:
                     stage_row(x, g, nxt, c0, nc, cache, 0, g_at)
                     cp_async_commit_group()
                 mean, rstd, c1, c2 = row_stats(sums, shift, inv_n, eps)
@@ -598,17 +634,23 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                     v = t + k * T
                     if v < nc:
                         e0 = (c0 + v) * CH
-                        x_unpack(rx, k * XW, fx)
-                        g_unpack(rg, k * GW, fg)
+                        chunk_regs(cache, base, g_at, v, rx, rg)
+                        x_unpack(rx, 0 if SHARED_ROWS else k * XW, fx)
+                        g_unpack(rg, 0 if SHARED_ROWS else k * GW, fg)
                         x_load_aligned(w, 0, e0, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         # dw (db) first: then g is dead and its buffer takes dx (four
                         # chunk buffers live spilled 12 bytes on sm_90a).
                         for j in range(CH):
                             xh = (fx[j] - mean) * rstd
-                            aw[k * CH + j] += fg[j] * xh
-                            if LAYER_NORM:
-                                ab[k * CH + j] += fg[j]
+                            if SHARED_ROWS:
+                                acc[acc_at + (k * CH + j) * T + t] += fg[j] * xh
+                                if LAYER_NORM:
+                                    acc[acc_at + (E + k * CH + j) * T + t] += fg[j]
+                            else:
+                                aw[k * CH + j] += fg[j] * xh
+                                if LAYER_NORM:
+                                    ab[k * CH + j] += fg[j]
                             fx[j] = xh
                             fw[j] *= fg[j]  # dy
                         for j in range(CH):
@@ -616,14 +658,25 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                         if has_gs:
                             g_add_aligned(gs, r, e0, fg)
                         g_store_aligned(dx, r, e0, fg)
+                # One stage held in shared memory: the next row's copies once this row's
+                # chunks are read for the last time (each thread copies and reads only its
+                # own chunks: no barrier).
+                if stages == 1 and nxt < rows and SHARED_ROWS:
+                    stage_row(x, g, nxt, c0, nc, cache, 0, g_at)
+                    cp_async_commit_group()
             for k in range(KC):
                 v = t + k * T
                 if v < nc:
                     for j in range(CH):
                         e = (c0 + v) * CH + j
-                        dw_part[p, e] = aw[k * CH + j]
-                        if LAYER_NORM and has_bias:
-                            db_part[p, e] = ab[k * CH + j]
+                        if SHARED_ROWS:
+                            dw_part[p, e] = acc[acc_at + (k * CH + j) * T + t]
+                            if LAYER_NORM and has_bias:
+                                db_part[p, e] = acc[acc_at + (E + k * CH + j) * T + t]
+                        else:
+                            dw_part[p, e] = aw[k * CH + j]
+                            if LAYER_NORM and has_bias:
+                                db_part[p, e] = ab[k * CH + j]
             if CLUSTER > 1:  # no CTA leaves while another may read its slots
                 cluster_arrive()
                 cluster_wait()
@@ -697,7 +750,7 @@ class _BwdKernels(NamedTuple):
     streaming: object
     ch: int  # elements per chunk
     per_thread: int  # chunks a thread holds on the staged path
-    cluster_per_thread: int  # ... and in a cluster
+    cluster_per_thread: int  # ... and in a cluster: {size: chunks}
     chunk_bytes: int  # shared bytes of one staged chunk (x and g)
 
 
@@ -713,13 +766,15 @@ def _bwd_variants():
                 suffix = f"{x_dt.name}_{g_dt.name}"
                 staged = {size: _make_norm_bwd_kernel(
                     op, x_codec, g_codec, f"_{op}_bwd_kernel{f'_cluster{size}' * (size > 1)}"
-                    f"_{suffix}", False, size) for size in (1, MAX_CLUSTER)}
+                    f"_{suffix}", False, size)
+                    for size in (1, MAX_CLUSTER, SHARED_ROWS_CLUSTER)}
                 streaming = _make_norm_bwd_kernel(op, x_codec, g_codec,
                                                   f"_{op}_bwd_kernel_wide_{suffix}", True)
                 words = chunk_io(x_codec, ch).words + chunk_io(g_codec, ch).words
                 variants[op, x_dt, g_dt] = _BwdKernels(
                     staged, streaming, ch, _bwd_reg_elems(op, x_dt, g_dt) // ch,
-                    _bwd_reg_elems(op, x_dt, g_dt, MAX_CLUSTER) // ch, 4 * words)
+                    {size: _bwd_reg_elems(op, x_dt, g_dt, size) // ch
+                     for size in (MAX_CLUSTER, SHARED_ROWS_CLUSTER)}, 4 * words)
     return variants
 
 
@@ -905,42 +960,65 @@ def _norm_bwd(op, kernel_op, names, grad, x, weight, bias, grad_extra, eps, out)
                out=result)
 
 
-def _cluster_threads(op, nc, per_thread):
-    """Threads of each of the MAX_CLUSTER CTAs that hold a row of ``nc`` chunks,
+def _cluster_threads(op, nc, per_thread, size=MAX_CLUSTER):
+    """Threads of each of the ``size`` CTAs of a cluster that hold a row of ``nc`` chunks,
     ``per_thread`` each (at least PREFERRED_THREADS where there are that many chunks, as
     row_plan), or None if _bwd_threads cannot. A row too wide for one CTA always takes
     the full cluster: more CTAs keep more loads in flight, and one kernel per dtype pair."""
-    per_cta = -(-nc // MAX_CLUSTER)
-    if per_cta > per_thread * _bwd_threads(op, MAX_CLUSTER):
+    per_cta = -(-nc // size)
+    if per_cta > per_thread * _bwd_threads(op, size):
         return None
     return round_up(max(-(-per_cta // per_thread), min(per_cta, PREFERRED_THREADS)), 32)
 
 
+def _shared_rows_plan(ks, op, n):
+    """(plan, the bytes of its accumulators) of the staged kernel over SHARED_ROWS_CLUSTER
+    CTAs for a row of n elements, or None where one stage and the accumulators do not fit
+    a CTA's shared memory, or no such cluster can be resident."""
+    nc = n // ks.ch
+    per_thread = ks.cluster_per_thread[SHARED_ROWS_CLUSTER]
+    threads = _cluster_threads(op, nc, per_thread, SHARED_ROWS_CLUSTER)
+    if threads is None:
+        return None
+    acc_bytes = per_thread * ks.ch * threads * 4 * (2 if op == "layer_norm" else 1)
+    shared = -(-nc // SHARED_ROWS_CLUSTER) * ks.chunk_bytes + acc_bytes
+    plan = Plan.of(ks.staged[SHARED_ROWS_CLUSTER], (1,), (threads,),
+                   cluster=(SHARED_ROWS_CLUSTER, 1, 1))
+    if shared > plan.kernel.max_dynamic_shared or not plan.kernel.max_active_clusters(
+            plan.cluster, plan.block, shared):
+        return None
+    return plan, acc_bytes
+
+
 def _norm_bwd_plan(ks, op, x_dtype, rows, n, views):
     """(plan without its grid, cluster size, stages): the staged kernel where the row's
-    chunks fit one CTA — or, on sm_90, a cluster of up to MAX_CLUSTER CTAs — with two rows
-    staged where the shared memory allows; else the streaming kernel."""
+    chunks fit one CTA — or, on sm_90, the registers of a cluster of MAX_CLUSTER CTAs, or
+    the shared memory of a cluster of SHARED_ROWS_CLUSTER — with two rows staged where the
+    shared memory allows; else the streaming kernel."""
     codec = CODECS[x_dtype]
     threads, cache_chunks, smem = row_plan(codec, *views, vec=ks.ch, per_thread=ks.per_thread,
                                            vec_bytes=ks.chunk_bytes)
-    size = 1
-    cluster = None
+    size, plan, acc_bytes = 1, None, 0
     if cache_chunks >= 0 and n % ks.ch == 0 and rows_aligned(*views) and (
             compute_capability() >= (9, 0)):
-        cluster = _cluster_threads(op, n // ks.ch, ks.cluster_per_thread)
-    if cluster is not None:
-        size, threads = MAX_CLUSTER, cluster
-    elif cache_chunks >= 0:
+        cluster = _cluster_threads(op, n // ks.ch, ks.cluster_per_thread[MAX_CLUSTER])
+        shared_rows = None if cluster is not None else _shared_rows_plan(ks, op, n)
+        if cluster is not None:
+            size, threads = MAX_CLUSTER, cluster
+        elif shared_rows is not None:
+            size, (plan, acc_bytes) = SHARED_ROWS_CLUSTER, shared_rows
+    if size == 1 and cache_chunks >= 0:
         return Plan.of(ks.streaming, (1,), (threads,), smem), 1, 1
-    plan = Plan.of(ks.staged[size], (1,), (threads,),
-                   cluster=(size, 1, 1) if size > 1 else None)
+    if plan is None:
+        plan = Plan.of(ks.staged[size], (1,), (threads,),
+                       cluster=(size, 1, 1) if size > 1 else None)
     stage_bytes = -(-(n // ks.ch) // size) * ks.chunk_bytes
     # Two stages where they fit, but one for RMSNorm in one CTA. H100, [16384, 8192], µs
     # with one / two: rms_norm f16 343 / 360, f32 601 / 654; layer_norm f16 392 / 361,
     # f32 676 / 662; at [2048, 65536] (clusters) two won everywhere (rms_norm f32 914 / 795).
-    stages = 2 if 2 * stage_bytes <= plan.kernel.max_dynamic_shared and (
+    stages = 2 if 2 * stage_bytes + acc_bytes <= plan.kernel.max_dynamic_shared and (
         op == "layer_norm" or size > 1) else 1
-    return plan._replace(shared_mem=stages * stage_bytes), size, stages
+    return plan._replace(shared_mem=stages * stage_bytes + acc_bytes), size, stages
 
 
 def _norm_bwd_launch(op, kernel_op, names, grad, x, weight, grad_extra, eps, dx, dw, db=None):
