@@ -50,8 +50,8 @@ winner's index) goes to partials in the accumulator type:
   same bits every run — writes the output and resets the counter to 0. One launch.
 - ``flat_fold``: ``row_fold`` for one contiguous row from a 16-byte boundary (``sum(x)``
   of a contiguous array; not argmax/argmin): no head, no per-row index arithmetic, chunks
-  of whole groups of FLAT_LOADS loads (8 in flight per thread at 4 blocks/SM), the scalar
-  tail in the last chunk.
+  of whole groups of FLAT_LOADS loads (float types: 8 in flight per thread, at 4 blocks/SM
+  for float32), the scalar tail in the last chunk.
 - columns (``*_partial``, one wave): the partials laid out (S, O, I) in a fresh array, and
   a second launch (``*_merge``) reduces them with the same kernels, S taking R's place.
 
@@ -135,11 +135,12 @@ BLOCKS_PER_SM = 8
 # rather than by memory, run one wave (400 / 404 / 411 / 417 µs).
 ROW_SPLIT_WAVES = 4
 # One contiguous row split in chunks ("flat", full reductions of a contiguous array): 8
-# 16-byte loads in flight per thread (float32 sum: 64 registers, 4 blocks/SM; 2^28 float32
-# on the H100, same process: sum 349.2–349.5 µs against row_fold's 349.1–355.0 and CuPy's
-# 349.9–356.3; 4 loads × 6 blocks and 6 × 5 were no faster, 4 × 8 spills; no min-blocks
-# bound: at 64 registers it made the 8-byte types and any/all spill).
+# 16-byte loads of float types in flight per thread (float32 sum: 64 registers, 4
+# blocks/SM; 2^28 float32 on the H100, same process: sum 349.2–349.5 µs against row_fold's
+# 349.1–355.0 and CuPy's 349.9–356.3; 4 loads × 6 blocks and 6 × 5 were no faster, 4 × 8
+# spills; no min-blocks bound: at 64 registers it made the 8-byte types and any/all spill).
 FLAT_LOADS = 8
+FLOAT_DTYPES = (*HALF_DTYPES, np.dtype(np.float32), np.dtype(np.float64))
 INDEX_NONE = int(np.iinfo(np.int64).max)  # an accumulator that has seen no element yet
 
 _ARG_OPS = ("argmax", "argmin")
@@ -566,8 +567,11 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
             if t == 0:
                 store(out, parts_i, o, 0, i, v, idx, divisor)
 
-        walk_flat = vector_walker(FLAT_LOADS)
-        start_flat, merged_flat = accumulators(FLAT_LOADS)
+        # Integer and bool elements (several to a word, each converted) take ROW_LOADS:
+        # with FLAT_LOADS ptxas spilled 8-24 bytes in 22 of their kernels (sm_80, sm_90a).
+        LOADS = FLAT_LOADS if in_dt in FLOAT_DTYPES else ROW_LOADS
+        walk_flat = vector_walker(LOADS)
+        start_flat, merged_flat = accumulators(LOADS)
 
         @kernel([row_signature], name=name, registered=False, launch_bounds=THREADS)
         def _reduce_flat_fwd_kernel(x, xi, mean, out, parts, parts_i, counters, chunk,
@@ -576,8 +580,8 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
             tiles) per blockIdx.y: no index arithmetic, no head (module doc, "flat")."""
             sv = cuda.shared.array(WARPS, acc_type)
             si = cuda.shared.array(WARPS, int64)
-            av = cuda.local.array(FLAT_LOADS, acc_type)
-            ai = cuda.local.array(FLAT_LOADS, int64)
+            av = cuda.local.array(LOADS, acc_type)
+            ai = cuda.local.array(LOADS, int64)
             t = int32(cuda.threadIdx.x)
             s = int64(cuda.blockIdx.y)
             chunks = int64(cuda.gridDim.y)
