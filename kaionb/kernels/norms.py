@@ -637,6 +637,11 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                         chunk_regs(cache, base, g_at, v, rx, rg)
                         x_unpack(rx, 0 if SHARED_ROWS else k * XW, fx)
                         g_unpack(rg, 0 if SHARED_ROWS else k * GW, fg)
+                        if SHARED_ROWS and stages == 1 and nxt < rows:
+                            # One stage: the next row's copy of this chunk as soon as the
+                            # chunk is in registers (this thread alone reads it: no barrier).
+                            x_load_async(x, nxt, e0, cache, v * XW)
+                            g_load_async(g, nxt, e0, cache, g_at + v * GW)
                         x_load_aligned(w, 0, e0, rwt, 0)
                         x_unpack(rwt, 0, fw)
                         # dw (db) first: then g is dead and its buffer takes dx (four
@@ -658,11 +663,7 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                         if has_gs:
                             g_add_aligned(gs, r, e0, fg)
                         g_store_aligned(dx, r, e0, fg)
-                # One stage held in shared memory: the next row's copies once this row's
-                # chunks are read for the last time (each thread copies and reads only its
-                # own chunks: no barrier).
                 if stages == 1 and nxt < rows and SHARED_ROWS:
-                    stage_row(x, g, nxt, c0, nc, cache, 0, g_at)
                     cp_async_commit_group()
             for k in range(KC):
                 v = t + k * T
