@@ -88,6 +88,15 @@ def test_recorder_maps_views_to_their_arrays_and_allocations():
     assert launch.slots == ((4, 0, 128), (9 + 4, 1, 16), (18 + 4, 2, 0))
 
 
+def test_recorder_keeps_cluster_launches():
+    x = metadata_array((4, 64), np.float16)
+    k = _compiled("k", ("array",))
+    rec = _Recording([x])
+    rec.launched(k, (16, 1, 1), (256, 1, 1), (x,), _flat((x,), (True,)), 1024, True, (8, 1, 1))
+    (launch,) = rec.replay(x).steps
+    assert launch.cluster == (8, 1, 1) and launch.dims == (16, 1, 1, 256, 1, 1, 1024)
+
+
 def test_recorder_refuses_what_a_replay_cannot_redo():
     x = metadata_array((4, 64), np.float16)
     k = _compiled("k", ("array",))
@@ -97,7 +106,7 @@ def test_recorder_refuses_what_a_replay_cannot_redo():
     assert rec.replay(x) is None and "neither got nor allocated" in rec.reason
     rec = _Recording([x])
     rec.launched(k, (1, 1, 1), (32, 1, 1), (x,), _flat((x,), (True,)), 0, False)
-    assert rec.replay(x) is None and "cluster" in rec.reason
+    assert rec.replay(x) is None and "explicit stream" in rec.reason
     rec = _Recording([x, x[1:]])  # aliased arguments: not cached, no reason recorded
     assert rec.replay(x) is None and rec.reason is None
 
@@ -137,6 +146,35 @@ def test_replayed_row_ops_match_references(shape):
             (xh, x), (gh, g), (wh, w) = _fresh(shape), _fresh(shape), _fresh(shape[-1:])
             assert_close(ours(x, g, w), ref(xh, gh, wh), dtype=F16, what=name)
     assert _replays(norms._norm_fwd.uncached) and _replays(softmax.softmax_fwd.uncached)
+
+
+@gpu
+def test_cluster_launches_replay(kernels_run):
+    """Ops whose kernels run in thread-block clusters (sm_90: a float32 row of 65536 in the
+    forward, half rows of 65536 and 131072 in the backward) record their first call and
+    replay the others, on new inputs each time."""
+    if kaionb._device.compute_capability() < (9, 0):
+        pytest.skip("thread-block clusters need compute capability 9.0")
+    rng = np.random.default_rng(11)
+    for n in (65536, 131072):
+        wh, w = _fresh((n,), rng=rng)
+        for _ in range(3):
+            (xh, x), (gh, g) = _fresh((3, n), rng=rng), _fresh((3, n), rng=rng)
+            dx, dw = norms.rms_norm_bwd(g, x, w)
+            rdx, rdw = norms.rms_norm_bwd_ref(gh, xh, wh)
+            assert_close(dx, rdx, dtype=F16, what="dx")
+            assert_close(dw, rdw, tol=1e-4, what="dweight")
+    xh = random_array((3, 65536), np.float32, rng=rng)
+    wh = random_array((65536,), np.float32, rng=rng)
+    for _ in range(3):
+        xh = random_array((3, 65536), np.float32, rng=rng)
+        assert_close(kaionb.rms_norm(kaionb.asarray(xh), kaionb.asarray(wh)),
+                     norms.rms_norm_ref(xh, wh), dtype=np.float32)
+    assert any("_cluster8_" in k for k in kernels_run)
+    assert any("_cluster16_" in k for k in kernels_run)
+    assert any("_c8_" in k or "_c16_" in k for k in kernels_run)
+    for fwd in (norms._norm_bwd.uncached, norms._norm_fwd.uncached):
+        assert any(r is not _NOT_RECORDED for r in _replays(fwd)), fwd
 
 
 @gpu

@@ -168,12 +168,19 @@ def planned(monkeypatch):
     # The staged path: x and g of one row in shared memory (two for LayerNorm and in
     # clusters), chunks of 8 bf16 (16 + 16 bytes), or 8 with a float32 g (16 + 32), or 4
     # float32 (16 + 16).
-    (bfloat16, bfloat16, 4096, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 256, -1, 1,
-     512 * 32),
-    (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 1024, -1, 1,
-     2048 * 32),
+    (bfloat16, bfloat16, 2048, "_rms_norm_bwd_kernel_bfloat16_bfloat16", 256, -1, 1,
+     256 * 32),
     (bfloat16, F32, 8192, "_rms_norm_bwd_kernel_bfloat16_float32", 1024, -1, 1, 1024 * 48),
+    # Half rows from SHARED_ONE_CTA_MIN elements (and any row too wide for one CTA's
+    # registers): x, g and 16 dw accumulators a thread in one CTA's shared memory, one stage.
+    (bfloat16, bfloat16, 4096, "_rms_norm_bwd_kernel_shared_bfloat16_bfloat16", 256, -1, 1,
+     512 * 32 + 256 * 16 * 4),
+    (bfloat16, bfloat16, 16384, "_rms_norm_bwd_kernel_shared_bfloat16_bfloat16", 1024, -1,
+     1, 2048 * 32 + 1024 * 16 * 4),
+    (F32, F32, 16384, "_rms_norm_bwd_kernel_shared_float32_float32", 1024, -1, 1,
+     4096 * 32 + 1024 * 16 * 4),
     # Rows wider than one CTA holds: a cluster of 8 CTAs (sm_90), 1024 chunks of 8 each.
+    # (2048 chunks of 48 bytes and 16384 accumulators would not fit one CTA's 227 KiB.)
     (bfloat16, F32, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_float32", 1024, -1, 2,
      2 * 1024 * 48),
     (bfloat16, bfloat16, 65536, "_rms_norm_bwd_kernel_cluster8_bfloat16_bfloat16", 1024, -1,
@@ -262,7 +269,7 @@ def test_layer_norm_and_add_bwd_flags(planned):
     dx, dw, db = layer_norm_bwd(g, x, w, w, 1e-5)
     (name, grid, *_, args), *reductions = planned
     # Three rows: three blocks, partials (3, n) for dw and db, bias flag set.
-    assert name == "_layer_norm_bwd_kernel_float16_float32" and grid == (3,)
+    assert name == "_layer_norm_bwd_kernel_shared_float16_float32" and grid == (3,)
     assert args[9:11] == (1, 0) and args[5].shape == args[6].shape == (3, 4096)
     assert [(r[1], r[2]) for r in reductions] == [(args[5], dw), (args[6], db)]
     planned.clear()

@@ -226,7 +226,7 @@ class CompiledKernel:
         bx, by, bz = _dim3(block)
         if STATE.recorder is not None:  # an op's first call: kernels.op replays it later
             STATE.recorder.launched(self, (gx, gy, gz), (bx, by, bz), args, flat, shared_mem,
-                                    stream is None and cluster is None)
+                                    stream is None, cluster)
         if STATE.capture is not None:  # kaionb.graph(): the graph keeps the memory alive
             STATE.capture.keep(args)
         handle = current_stream().cu if stream is None else stream

@@ -43,20 +43,22 @@ with a float32 gradient: one 16-byte load of x, two of g). On the staged path a 
 owns 8 or 16 elements of the row and their dw (db) accumulators (``_bwd_reg_elems``):
 x and g come into shared memory by cp.async, the next row's while this one is reduced
 and written (two rows staged where shared memory allows), so one pass over HBM for rows
-up to 8192 or 16384 elements in one CTA, up to 65536 over a thread-block cluster of 8
-CTAs on sm_90 (the row sums reduced across the cluster through distributed shared
-memory), and up to 262144 over a cluster of 16 whose CTAs keep the row's x and g and
-their dw (db) accumulators in shared memory, registers holding one chunk at a time.
-Other rows (and float32 LayerNorm at 262144, whose stage and accumulators exceed a CTA's
-227 KiB) take the streaming kernel (the row read twice, the first 96 KiB of x and g
-parked in shared memory).
+up to 8192 or 16384 elements in one CTA's registers. A CTA may instead keep the row's x
+and g and its dw (db) accumulators in shared memory, registers holding one chunk at a
+time (16 elements a thread): in one CTA (rows up to 16384 where they fit, and for the
+dtype pairs of SHARED_ONE_CTA, where two CTAs a SM measured faster than registers) or
+over a thread-block cluster of 16 on sm_90 (rows up to 262144). Between them, up to 65536
+over a cluster of 8 CTAs' registers (the row sums reduced across a cluster through
+distributed shared memory). Other rows (and float32 LayerNorm at 262144, whose stage and
+accumulators exceed a CTA's 227 KiB) take the streaming kernel (the row read twice, the
+first 96 KiB of x and g parked in shared memory).
 
 Weight gradients are deterministic: the grid is one wave of P blocks (or clusters),
 block p takes rows p, p + P, ... in order and keeps its partial dw in float32
-(registers; on the streaming path a row of a [P, n] workspace that the block alone
-updates, barrier-separated); the P partials are then summed by the column reduction of
-kernels/reductions.py, whose order depends on the shape and the GPU only. No atomics:
-bit-identical run to run.
+(registers or shared memory; on the streaming path a row of a [P, n] workspace that the
+block alone updates, barrier-separated); the P partials are then summed by the column
+reduction of kernels/reductions.py, whose order depends on the shape and the GPU only.
+No atomics: bit-identical run to run.
 """
 
 from __future__ import annotations
@@ -123,6 +125,19 @@ F32 = np.dtype(np.float32)
 # accumulators held in its shared memory (non-portable: the H100 allows 16), as much as a
 # CTA may have (227 KiB on sm_90, less the static arrays: the kernel's max_dynamic_shared).
 SHARED_ROWS_CLUSTER = 16
+# Elements per thread where x and g sit in shared memory (and the dw (db) accumulators
+# too): 16 assemble without spills at 1024 threads on sm_80, sm_89 and sm_90a.
+SHARED_ROWS_ELEMS = 16
+# One CTA keeping its row in shared memory instead of registers: where the registers
+# cannot hold the row (before a cluster), and for the pairs (op, float32 gradient) of a
+# half x below where it measured faster from SHARED_ONE_CTA_MIN elements. H100, µs,
+# registers → shared memory: [16384, 8192] / [16384, 4096] rms_norm f16 325 → 309 / 182 →
+# 172, layer_norm f16 with a float32 gradient 651 → 526 / 335 → 289; elsewhere the registers
+# were as fast or faster (rms_norm f16 with a float32 gradient 475 → 524, layer_norm f16
+# 393 → 397). Rows of 16384 (a cluster before): layer_norm f16 434 → 236, rms_norm f32
+# 331 → 308, rms_norm f16 with a float32 gradient 312 → 270 ([4096, 16384]).
+SHARED_ONE_CTA = {("rms_norm", False), ("layer_norm", True)}
+SHARED_ONE_CTA_MIN = 4096
 
 
 def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
@@ -134,11 +149,8 @@ def _bwd_reg_elems(op, x_dtype, g_dtype, cluster=1):
     float32 g, 72-80 with a float32 x) and for LayerNorm, which also keeps db (16 spilled
     56-236 bytes). In a cluster, where the cluster's offsets take registers: 8 for RMSNorm
     (16 spilled 4 bytes), 16 for LayerNorm in CTAs of up to 512 threads (8 at 1024
-    threads spilled 4 bytes for float32): rows up to 65536. In a cluster of
-    SHARED_ROWS_CLUSTER CTAs, x and g stay in shared memory and the registers hold only
-    the dw (db) accumulators: 16 for both (1024 threads), rows up to 262144."""
-    if cluster == SHARED_ROWS_CLUSTER:
-        return 16
+    threads spilled 4 bytes for float32): rows up to 65536. (Where x and g stay in shared
+    memory: SHARED_ROWS_ELEMS.)"""
     if cluster > 1:
         return 16 if op == "layer_norm" else 8
     halves = x_dtype != F32 and g_dtype != F32
@@ -419,7 +431,8 @@ _CLUSTER_KERNELS = {
 
 # -- backward --------------------------------------------------------------------------------
 
-def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
+def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1,
+                          shared_rows=None):
     """Rows p, p + P, ... of block p (P = gridDim.x). Arrays: x and w in x's dtype; the
     gradient g, the extra gradient ``gs`` added to dx (``has_gs``: add_rms_norm's g_s) and
     dx in g's dtype; ``dw_part`` / ``db_part`` [P, n] float32, row p this block's partial
@@ -437,12 +450,14 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     ``cluster`` CTAs of a thread-block cluster, rank k taking the k-th run of chunks; p
     and P count clusters, and the row sums are reduced over the cluster (cluster_sums).
     LayerNorm's cluster CTAs have up to 512 threads (128 registers; :func:`_bwd_threads`).
-    In a cluster of SHARED_ROWS_CLUSTER CTAs (non-portable; rows up to 262144) the row's
-    chunks are read from shared memory in each of the two sweeps instead of being held in
-    registers, which then take only the dw (db) accumulators."""
+    ``shared_rows`` (default: a cluster of SHARED_ROWS_CLUSTER CTAs, non-portable, rows up
+    to 262144): the row's chunks are read from shared memory in each of the two sweeps
+    instead of being held in registers, and the dw (db) accumulators live in shared memory
+    after the stages; with one stage, each chunk of the next row is copied as soon as this
+    row's is in registers."""
     LAYER_NORM = op == "layer_norm"
     CLUSTER = cluster
-    SHARED_ROWS = cluster == SHARED_ROWS_CLUSTER
+    SHARED_ROWS = cluster == SHARED_ROWS_CLUSTER if shared_rows is None else shared_rows
     CH = max(x_codec.vec, g_codec.vec)  # elements per chunk: one words4 of the narrower
     xio, gio = chunk_io(x_codec, CH), chunk_io(g_codec, CH)
     XW, GW = xio.words, gio.words
@@ -455,7 +470,8 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
     g_store_aligned, g_store = gio.store_aligned, gio.store
     g_add_aligned, g_add = gio.add_aligned, gio.add
     CW = XW + GW  # shared-memory words of one cached chunk (x, then g)
-    KC = _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype, cluster) // CH
+    KC = (SHARED_ROWS_ELEMS if SHARED_ROWS
+          else _bwd_reg_elems(op, x_codec.dtype, g_codec.dtype, cluster)) // CH
     E = KC * CH
     # Local-array sizes must be plain constants: the thread's chunks, or one at a time.
     REG_X, REG_G = (XW, GW) if SHARED_ROWS else (KC * XW, KC * GW)
@@ -586,7 +602,8 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 cp_async_commit_group()  # possibly empty: row r's group is the older one
                 # LayerNorm in a cluster shifts by the row's first element (below), loaded
                 # while the row's copies land.
-                shift = decode(x[r, 0]) if LAYER_NORM and CLUSTER > 1 else float32(0.0)
+                shift = (decode(x[r, 0]) if LAYER_NORM and (CLUSTER > 1 or SHARED_ROWS)
+                         else float32(0.0))
                 cp_async_wait_group(1)
                 base = slot * stage_words
                 if not SHARED_ROWS:
@@ -604,7 +621,7 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1):
                 # 66 / 65 and 65 (runs on different machines differ by up to 10%);
                 # clusters at [2048, 65536] f16 37 / 43, f32 48 / 68 (the latter with
                 # 512-thread CTAs). docs/perf-log-primitives.md has the runs.
-                if LAYER_NORM and CLUSTER == 1:
+                if LAYER_NORM and CLUSTER == 1 and not SHARED_ROWS:
                     sums[0] = float32(0.0)
                     for k in range(KC):
                         if t + k * T < nc:
@@ -751,7 +768,7 @@ class _BwdKernels(NamedTuple):
     streaming: object
     ch: int  # elements per chunk
     per_thread: int  # chunks a thread holds on the staged path
-    cluster_per_thread: int  # ... and in a cluster: {size: chunks}
+    cluster_per_thread: int  # ... and in a cluster of MAX_CLUSTER
     chunk_bytes: int  # shared bytes of one staged chunk (x and g)
 
 
@@ -769,13 +786,14 @@ def _bwd_variants():
                     op, x_codec, g_codec, f"_{op}_bwd_kernel{f'_cluster{size}' * (size > 1)}"
                     f"_{suffix}", False, size)
                     for size in (1, MAX_CLUSTER, SHARED_ROWS_CLUSTER)}
+                staged["shared"] = _make_norm_bwd_kernel(
+                    op, x_codec, g_codec, f"_{op}_bwd_kernel_shared_{suffix}", False, 1, True)
                 streaming = _make_norm_bwd_kernel(op, x_codec, g_codec,
                                                   f"_{op}_bwd_kernel_wide_{suffix}", True)
                 words = chunk_io(x_codec, ch).words + chunk_io(g_codec, ch).words
                 variants[op, x_dt, g_dt] = _BwdKernels(
                     staged, streaming, ch, _bwd_reg_elems(op, x_dt, g_dt) // ch,
-                    {size: _bwd_reg_elems(op, x_dt, g_dt, size) // ch
-                     for size in (MAX_CLUSTER, SHARED_ROWS_CLUSTER)}, 4 * words)
+                    _bwd_reg_elems(op, x_dt, g_dt, MAX_CLUSTER) // ch, 4 * words)
     return variants
 
 
@@ -962,63 +980,72 @@ def _norm_bwd(op, kernel_op, names, grad, x, weight, bias, grad_extra, eps, out)
 
 
 def _cluster_threads(op, nc, per_thread, size=MAX_CLUSTER):
-    """Threads of each of the ``size`` CTAs of a cluster that hold a row of ``nc`` chunks,
-    ``per_thread`` each (at least PREFERRED_THREADS where there are that many chunks, as
-    row_plan), or None if _bwd_threads cannot. A row too wide for one CTA always takes
-    the full cluster: more CTAs keep more loads in flight, and one kernel per dtype pair."""
+    """Threads of each of the ``size`` CTAs of a cluster (1: one CTA) that hold a row of
+    ``nc`` chunks, ``per_thread`` each (at least PREFERRED_THREADS where there are that
+    many chunks, as row_plan), or None if _bwd_threads cannot. A row too wide for one CTA
+    always takes the full cluster: more CTAs keep more loads in flight, and one kernel per
+    dtype pair."""
     per_cta = -(-nc // size)
     if per_cta > per_thread * _bwd_threads(op, size):
         return None
     return round_up(max(-(-per_cta // per_thread), min(per_cta, PREFERRED_THREADS)), 32)
 
 
-def _shared_rows_plan(ks, op, n):
-    """(plan, the bytes of its accumulators) of the staged kernel over SHARED_ROWS_CLUSTER
-    CTAs for a row of n elements, or None where one stage and the accumulators do not fit
-    a CTA's shared memory, or no such cluster can be resident."""
+def _shared_rows_plan(ks, op, n, size):
+    """(plan, the bytes of its accumulators) of the staged kernel that keeps x, g and the
+    dw (db) accumulators in shared memory, in one CTA (``size`` 1) or a cluster of
+    SHARED_ROWS_CLUSTER CTAs, for a row of n elements; None where one stage and the
+    accumulators do not fit a CTA's shared memory, or no such cluster can be resident."""
     nc = n // ks.ch
-    per_thread = ks.cluster_per_thread[SHARED_ROWS_CLUSTER]
-    threads = _cluster_threads(op, nc, per_thread, SHARED_ROWS_CLUSTER)
+    threads = _cluster_threads(op, nc, SHARED_ROWS_ELEMS // ks.ch, size)
     if threads is None:
         return None
-    acc_bytes = per_thread * ks.ch * threads * 4 * (2 if op == "layer_norm" else 1)
-    shared = -(-nc // SHARED_ROWS_CLUSTER) * ks.chunk_bytes + acc_bytes
-    plan = Plan.of(ks.staged[SHARED_ROWS_CLUSTER], (1,), (threads,),
-                   cluster=(SHARED_ROWS_CLUSTER, 1, 1))
-    if shared > plan.kernel.max_dynamic_shared or not plan.kernel.max_active_clusters(
-            plan.cluster, plan.block, shared):
+    acc_bytes = SHARED_ROWS_ELEMS * threads * 4 * (2 if op == "layer_norm" else 1)
+    shared = -(-nc // size) * ks.chunk_bytes + acc_bytes
+    plan = Plan.of(ks.staged["shared" if size == 1 else size], (1,), (threads,),
+                   cluster=(size, 1, 1) if size > 1 else None)
+    if shared > plan.kernel.max_dynamic_shared or size > 1 and not (
+            plan.kernel.max_active_clusters(plan.cluster, plan.block, shared)):
         return None
     return plan, acc_bytes
 
 
 def _norm_bwd_plan(ks, op, x_dtype, rows, n, views):
     """(plan without its grid, cluster size, stages): the staged kernel where the row's
-    chunks fit one CTA — or, on sm_90, the registers of a cluster of MAX_CLUSTER CTAs, or
-    the shared memory of a cluster of SHARED_ROWS_CLUSTER — with two rows staged where the
-    shared memory allows; else the streaming kernel."""
+    chunks fit the registers of one CTA (or, for SHARED_ONE_CTA, its shared memory), else
+    the shared memory of one CTA, or on sm_90 the registers of a cluster of MAX_CLUSTER
+    CTAs, or the shared memory of a cluster of SHARED_ROWS_CLUSTER; else the streaming
+    kernel."""
     codec = CODECS[x_dtype]
     threads, cache_chunks, smem = row_plan(codec, *views, vec=ks.ch, per_thread=ks.per_thread,
                                            vec_bytes=ks.chunk_bytes)
-    size, plan, acc_bytes = 1, None, 0
-    if cache_chunks >= 0 and n % ks.ch == 0 and rows_aligned(*views) and (
-            compute_capability() >= (9, 0)):
-        cluster = _cluster_threads(op, n // ks.ch, ks.cluster_per_thread[MAX_CLUSTER])
-        shared_rows = None if cluster is not None else _shared_rows_plan(ks, op, n)
-        if cluster is not None:
-            size, threads = MAX_CLUSTER, cluster
-        elif shared_rows is not None:
-            size, (plan, acc_bytes) = SHARED_ROWS_CLUSTER, shared_rows
-    if size == 1 and cache_chunks >= 0:
+    size, shared = 1, None
+    if cache_chunks < 0:  # one CTA's registers hold the row
+        if (n >= SHARED_ONE_CTA_MIN and x_dtype != F32
+                and (op, views[1].dtype == F32) in SHARED_ONE_CTA):
+            shared = _shared_rows_plan(ks, op, n, 1)
+    elif n % ks.ch == 0 and rows_aligned(*views):
+        shared = _shared_rows_plan(ks, op, n, 1)
+        if shared is None and compute_capability() >= (9, 0):
+            cluster = _cluster_threads(op, n // ks.ch, ks.cluster_per_thread)
+            if cluster is not None:
+                size, threads = MAX_CLUSTER, cluster
+            else:
+                shared = _shared_rows_plan(ks, op, n, SHARED_ROWS_CLUSTER)
+                size = 1 if shared is None else SHARED_ROWS_CLUSTER
+    if shared is None and size == 1 and cache_chunks >= 0:
         return Plan.of(ks.streaming, (1,), (threads,), smem), 1, 1
-    if plan is None:
-        plan = Plan.of(ks.staged[size], (1,), (threads,),
-                       cluster=(size, 1, 1) if size > 1 else None)
+    plan, acc_bytes = shared or (Plan.of(ks.staged[size], (1,), (threads,),
+                                         cluster=(size, 1, 1) if size > 1 else None), 0)
     stage_bytes = -(-(n // ks.ch) // size) * ks.chunk_bytes
     # Two stages where they fit, but one for RMSNorm in one CTA. H100, [16384, 8192], µs
     # with one / two: rms_norm f16 343 / 360, f32 601 / 654; layer_norm f16 392 / 361,
     # f32 676 / 662; at [2048, 65536] (clusters) two won everywhere (rms_norm f32 914 / 795).
+    # One CTA keeping its row in shared memory takes one stage, the next row's chunks
+    # copied one by one as they are read (rms_norm f16 309 / 320, layer_norm f16 with a
+    # float32 gradient 526 / 612).
     stages = 2 if 2 * stage_bytes + acc_bytes <= plan.kernel.max_dynamic_shared and (
-        op == "layer_norm" or size > 1) else 1
+        op == "layer_norm" or size > 1) and not (shared and size == 1) else 1
     return plan._replace(shared_mem=stages * stage_bytes + acc_bytes), size, stages
 
 

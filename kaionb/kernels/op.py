@@ -483,9 +483,10 @@ class _Recording:
         self.steps.append(_Provide(provide, args))
         self.bases.extend(arrays)
 
-    def launched(self, compiled, grid, block, args, flat, shared_mem, plain) -> None:
+    def launched(self, compiled, grid, block, args, flat, shared_mem, plain,
+                 cluster=None) -> None:
         if not plain:
-            return self.unrecordable("a launch on an explicit stream or with clusters")
+            return self.unrecordable("a launch on an explicit stream")
         slots, at = [], 0
         for is_array, arg in zip(compiled._array_flags, args):
             if is_array:
@@ -498,7 +499,8 @@ class _Recording:
                 at += len(arg._numba_abi)
             else:
                 at += 1
-        self.steps.append(_Launch(compiled, grid, block, shared_mem, flat, tuple(slots)))
+        self.steps.append(_Launch(compiled, grid, block, shared_mem, flat, tuple(slots),
+                                  cluster))
 
     def _index(self, array) -> int:
         for i, base in enumerate(self.bases):
@@ -635,12 +637,14 @@ class _Provide(NamedTuple):
 
 class _Launch:
     """One recorded launch: its own parameter block, packed once; a replay writes the
-    pointer slots (slot, base index, byte offset) and launches."""
+    pointer slots (slot, base index, byte offset) and launches — with ``cluster``
+    dimensions through ``cuLaunchKernelEx`` and the compiled kernel's per-thread launch
+    configuration."""
 
     __slots__ = ("function", "dims", "params", "slots", "address", "pointers", "name",
-                 "launch")
+                 "launch", "cluster", "compiled")
 
-    def __init__(self, compiled, grid, block, shared_mem, flat, slots):
+    def __init__(self, compiled, grid, block, shared_mem, flat, slots, cluster=None):
         from cuda.bindings import driver
 
         count = max(1, len(flat))
@@ -653,14 +657,22 @@ class _Launch:
         self.dims = (*grid, *block, shared_mem)
         self.slots = slots
         self.name = compiled.kdef.name
-        self.launch = driver.cuLaunchKernel
+        self.cluster = cluster
+        self.compiled = compiled
+        self.launch = driver.cuLaunchKernel if cluster is None else driver.cuLaunchKernelEx
 
     def __call__(self, bases):
         params = self.params
         for slot, index, offset in self.slots:
             params[slot] = bases[index].ptr + offset
         gx, gy, gz, bx, by, bz, shared = self.dims
-        (err,) = self.launch(self.function, gx, gy, gz, bx, by, bz, shared,
-                             current_stream().cu, self.address, 0)
+        if self.cluster is None:
+            (err,) = self.launch(self.function, gx, gy, gz, bx, by, bz, shared,
+                                 current_stream().cu, self.address, 0)
+        else:
+            config = self.compiled._cluster_config(self.cluster, (gx, gy, gz), (bx, by, bz),
+                                                   shared)
+            config.hStream = current_stream().cu
+            (err,) = self.launch(config, self.function, self.address, 0)
         if err:
             check_driver(err, f"launching {self.name}")
