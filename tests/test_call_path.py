@@ -107,6 +107,11 @@ def test_recorder_refuses_what_a_replay_cannot_redo():
     rec = _Recording([x])
     rec.launched(k, (1, 1, 1), (32, 1, 1), (x,), _flat((x,), (True,)), 0, False)
     assert rec.replay(x) is None and "explicit stream" in rec.reason
+    addresses = _compiled("k", ("array",))
+    addresses._takes_addresses = True  # a tensor map's address among its scalars
+    rec = _Recording([x])
+    rec.launched(addresses, (1, 1, 1), (32, 1, 1), (x,), _flat((x,), (True,)), 0, True)
+    assert rec.replay(x) is None and "raw addresses" in rec.reason
     rec = _Recording([x, x[1:]])  # aliased arguments: not cached, no reason recorded
     assert rec.replay(x) is None and rec.reason is None
 
@@ -175,6 +180,23 @@ def test_cluster_launches_replay(kernels_run):
     assert any("_c8_" in k or "_c16_" in k for k in kernels_run)
     for fwd in (norms._norm_bwd.uncached, norms._norm_fwd.uncached):
         assert any(r is not _NOT_RECORDED for r in _replays(fwd)), fwd
+
+
+@gpu
+def test_hopper_matmul_repeats_write_their_own_outputs():
+    """The wgmma kernels take tensor maps by address (launched in clusters, but never
+    replayed): repeated calls, every output kept alive so each lands elsewhere, each hold
+    their own product."""
+    if kaionb._device.compute_capability() != (9, 0):
+        pytest.skip("the wgmma + TMA kernel runs on compute capability 9.0 only")
+    (ah, a), (bh, b) = _fresh((2048, 512)), _fresh((512, 2048))
+    outs = [matmul.matmul(a, b) for _ in range(3)]
+    for c in outs:
+        assert_close(c, matmul.matmul_ref(ah, bh), dtype=F16)
+    (ah, a), (bh, b) = _fresh((128, 4096)), _fresh((4096, 4096))  # the split tile
+    outs = [matmul.matmul(a, b) for _ in range(3)]
+    for c in outs:
+        assert_close(c, matmul.matmul_ref(ah, bh), dtype=F16)
 
 
 @gpu

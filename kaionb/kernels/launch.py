@@ -194,6 +194,9 @@ class CompiledKernel:
                 fmt += _scalar_format(ty, kdef.name)
                 array_flags.append(False)
         self._packer = struct.Struct(fmt)
+        # A uint64 scalar is an address (a tensor map, a workspace) that a replay recorded
+        # by kernels.op could not move to a new call's memory: such launches are not replayed.
+        self._takes_addresses = types.uint64 in argtypes
         self._nparams = self._packer.size // 8
         self._array_flags = tuple(array_flags)
         self._success = driver.CUresult.CUDA_SUCCESS

@@ -487,6 +487,9 @@ class _Recording:
                  cluster=None) -> None:
         if not plain:
             return self.unrecordable("a launch on an explicit stream")
+        if getattr(compiled, "_takes_addresses", False):
+            return self.unrecordable(f"{compiled.kdef.name} takes raw addresses (tensor maps, "
+                                     "workspaces) a replay cannot move")
         slots, at = [], 0
         for is_array, arg in zip(compiled._array_flags, args):
             if is_array:
