@@ -184,6 +184,8 @@ class PlanCache:
 # the same grids and scalar arguments; only the pointers differ — and each pointer a kernel
 # gets lies at a fixed offset inside one of the call's arrays or of the memory the call
 # allocated. The recorder finds those offsets; a replay adds them to the new pointers.
+# Launches in thread-block clusters replay too; a kernel taking an address as a scalar
+# (a tensor map, a workspace: uint64) does not — its call runs the whole path each time.
 
 MAX_REPLAYS_PER_THREAD = 1024
 _SCALARS = frozenset((int, float, bool, str, type(None), type))
