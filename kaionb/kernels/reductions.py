@@ -576,8 +576,9 @@ def _make_reduce_kernel(op: str, in_dt, acc_dt, out_dt, variant: str):
         @kernel([row_signature], name=name, registered=False, launch_bounds=THREADS)
         def _reduce_flat_fwd_kernel(x, xi, mean, out, parts, parts_i, counters, chunk,
                                     divisor):
-            """x [1, R, 1] contiguous from a 16-byte boundary, chunk s of R (whole 16-byte
-            tiles) per blockIdx.y: no index arithmetic, no head (module doc, "flat")."""
+            """x [1, R, 1] contiguous from a 16-byte boundary, chunk s of R (whole groups of
+            LOADS 16-byte loads) per blockIdx.y: no index arithmetic, no head (module doc,
+            "flat")."""
             sv = cuda.shared.array(WARPS, acc_type)
             si = cuda.shared.array(WARPS, int64)
             av = cuda.local.array(LOADS, acc_type)
