@@ -61,7 +61,7 @@ def _compiled(name, n_arrays_then_scalars):
     flags = tuple(kind == "array" for kind in n_arrays_then_scalars)
     fmt = "<" + "".join("q" * 9 if f else "i4x" for f in flags)  # 2-D arrays, int32 scalars
     return SimpleNamespace(_array_flags=flags, _packer=struct.Struct(fmt), _function=0,
-                           kdef=SimpleNamespace(name=name))
+                           kdef=SimpleNamespace(name=name, address_scalars=False))
 
 
 def _flat(args, flags):
@@ -108,7 +108,7 @@ def test_recorder_refuses_what_a_replay_cannot_redo():
     rec.launched(k, (1, 1, 1), (32, 1, 1), (x,), _flat((x,), (True,)), 0, False)
     assert rec.replay(x) is None and "explicit stream" in rec.reason
     addresses = _compiled("k", ("array",))
-    addresses._takes_addresses = True  # a tensor map's address among its scalars
+    addresses.kdef.address_scalars = True  # a tensor map's address among its scalars
     rec = _Recording([x])
     rec.launched(addresses, (1, 1, 1), (32, 1, 1), (x,), _flat((x,), (True,)), 0, True)
     assert rec.replay(x) is None and "raw addresses" in rec.reason

@@ -69,7 +69,8 @@ class KernelDef:
 
     def __init__(self, pyfunc, signatures, *, name=None, arch_specific=False, min_cc=(8, 0),
                  max_dynamic_shared_bytes=0, fastmath=False, lineinfo=False, launch_bounds=None,
-                 registered=True, local_memory=None, non_portable_cluster=False):
+                 registered=True, local_memory=None, non_portable_cluster=False,
+                 address_scalars=False):
         if not signatures:
             raise ValueError(f"kernel {pyfunc.__name__}: at least one signature is required")
         self.pyfunc = pyfunc
@@ -80,6 +81,10 @@ class KernelDef:
         self.max_dynamic_shared_bytes = max_dynamic_shared_bytes
         # Launched in clusters beyond the portable 8 CTAs (the H100 allows 16).
         self.non_portable_cluster = non_portable_cluster
+        # Some scalar arguments are device addresses (tensor maps, workspaces), which a
+        # replay recorded by kernels.op could not move to a new call's memory: its launches
+        # are never replayed.
+        self.address_scalars = address_scalars
         self.options = dict(fastmath=fastmath, lineinfo=lineinfo, launch_bounds=launch_bounds)
         # Why this kernel may have a stack frame (the ptxas test refuses one otherwise).
         self.local_memory = local_memory
@@ -194,9 +199,6 @@ class CompiledKernel:
                 fmt += _scalar_format(ty, kdef.name)
                 array_flags.append(False)
         self._packer = struct.Struct(fmt)
-        # A uint64 scalar is an address (a tensor map, a workspace) that a replay recorded
-        # by kernels.op could not move to a new call's memory: such launches are not replayed.
-        self._takes_addresses = types.uint64 in argtypes
         self._nparams = self._packer.size // 8
         self._array_flags = tuple(array_flags)
         self._success = driver.CUresult.CUDA_SUCCESS

@@ -176,7 +176,7 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
             store_staged(tmap_c, kind, m0, n0, consumer, stage_buffer, stage_row,
                          stage_xor, issuer, acc)
 
-    @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0),
+    @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0), address_scalars=True,
             max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
     def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out, M, N, K, kind, alpha, scale_a,
                                  sa_mode, scale_b, sb_mode, bias, has_bias, partials,

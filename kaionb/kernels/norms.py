@@ -1046,6 +1046,9 @@ def _norm_bwd_plan(ks, op, x_dtype, rows, n, views):
     # float32 gradient 526 / 612).
     stages = 2 if 2 * stage_bytes + acc_bytes <= plan.kernel.max_dynamic_shared and (
         op == "layer_norm" or size > 1) and not (shared and size == 1) else 1
+    if stages == 2 and shared and not plan.kernel.max_active_clusters(
+            plan.cluster, plan.block, 2 * stage_bytes + acc_bytes):
+        stages = 1  # (_shared_rows_plan checked that a cluster fits with one stage)
     return plan._replace(shared_mem=stages * stage_bytes + acc_bytes), size, stages
 
 

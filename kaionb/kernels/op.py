@@ -184,8 +184,9 @@ class PlanCache:
 # the same grids and scalar arguments; only the pointers differ — and each pointer a kernel
 # gets lies at a fixed offset inside one of the call's arrays or of the memory the call
 # allocated. The recorder finds those offsets; a replay adds them to the new pointers.
-# Launches in thread-block clusters replay too; a kernel taking an address as a scalar
-# (a tensor map, a workspace: uint64) does not — its call runs the whole path each time.
+# Launches in thread-block clusters replay too; a kernel taking addresses as scalars (a
+# tensor map, a workspace: KernelDef's address_scalars) does not — its calls run the whole
+# path each time.
 
 MAX_REPLAYS_PER_THREAD = 1024
 _SCALARS = frozenset((int, float, bool, str, type(None), type))
@@ -489,7 +490,7 @@ class _Recording:
                  cluster=None) -> None:
         if not plain:
             return self.unrecordable("a launch on an explicit stream")
-        if getattr(compiled, "_takes_addresses", False):
+        if compiled.kdef.address_scalars:
             return self.unrecordable(f"{compiled.kdef.name} takes raw addresses (tensor maps, "
                                      "workspaces) a replay cannot move")
         slots, at = [], 0
