@@ -551,6 +551,11 @@ def _rowwise_calls():
             # Wider than one CTA holds: the row over a cluster of 8 CTAs.
             calls.append(Call(f"{op}/{pair}-cluster", _norm_bwd(op, dtype, grad_dtype, 32768),
                               sm90_or_newer))
+            # x, g and the dw accumulators in shared memory: one CTA (9216 elements fit
+            # an A100's too), and a cluster of 16 CTAs.
+            calls.append(Call(f"{op}/{pair}-shared", _norm_bwd(op, dtype, grad_dtype, 9216)))
+            calls.append(Call(f"{op}/{pair}-cluster16",
+                              _norm_bwd(op, dtype, grad_dtype, 131072), sm90_or_newer))
         calls.append(Call(f"softmax_bwd/rows-{pair}", _softmax(dtype, (64, 256), -1, grad_dtype)))
         calls.append(Call(f"softmax_bwd/columns-vector-{pair}",
                           _softmax(dtype, (64, 24), 0, grad_dtype)))
