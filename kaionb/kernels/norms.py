@@ -432,7 +432,7 @@ _CLUSTER_KERNELS = {
 # -- backward --------------------------------------------------------------------------------
 
 def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1,
-                          shared_rows=None):
+                          shared_rows=False):
     """Rows p, p + P, ... of block p (P = gridDim.x). Arrays: x and w in x's dtype; the
     gradient g, the extra gradient ``gs`` added to dx (``has_gs``: add_rms_norm's g_s) and
     dx in g's dtype; ``dw_part`` / ``db_part`` [P, n] float32, row p this block's partial
@@ -450,14 +450,14 @@ def _make_norm_bwd_kernel(op, x_codec, g_codec, name, streaming, cluster=1,
     ``cluster`` CTAs of a thread-block cluster, rank k taking the k-th run of chunks; p
     and P count clusters, and the row sums are reduced over the cluster (cluster_sums).
     LayerNorm's cluster CTAs have up to 512 threads (128 registers; :func:`_bwd_threads`).
-    ``shared_rows`` (default: a cluster of SHARED_ROWS_CLUSTER CTAs, non-portable, rows up
-    to 262144): the row's chunks are read from shared memory in each of the two sweeps
+    ``shared_rows`` (one CTA, or a cluster of SHARED_ROWS_CLUSTER CTAs, non-portable, rows
+    up to 262144): the row's chunks are read from shared memory in each of the two sweeps
     instead of being held in registers, and the dw (db) accumulators live in shared memory
     after the stages; with one stage, each chunk of the next row is copied as soon as this
     row's is in registers."""
     LAYER_NORM = op == "layer_norm"
     CLUSTER = cluster
-    SHARED_ROWS = cluster == SHARED_ROWS_CLUSTER if shared_rows is None else shared_rows
+    SHARED_ROWS = shared_rows
     CH = max(x_codec.vec, g_codec.vec)  # elements per chunk: one words4 of the narrower
     xio, gio = chunk_io(x_codec, CH), chunk_io(g_codec, CH)
     XW, GW = xio.words, gio.words
@@ -784,7 +784,7 @@ def _bwd_variants():
                 suffix = f"{x_dt.name}_{g_dt.name}"
                 staged = {size: _make_norm_bwd_kernel(
                     op, x_codec, g_codec, f"_{op}_bwd_kernel{f'_cluster{size}' * (size > 1)}"
-                    f"_{suffix}", False, size)
+                    f"_{suffix}", False, size, size == SHARED_ROWS_CLUSTER)
                     for size in (1, MAX_CLUSTER, SHARED_ROWS_CLUSTER)}
                 staged["shared"] = _make_norm_bwd_kernel(
                     op, x_codec, g_codec, f"_{op}_bwd_kernel_shared_{suffix}", False, 1, True)
