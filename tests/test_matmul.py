@@ -3,6 +3,7 @@ variant (f16/bf16 × sync/async × NN/NT/TN/TT × tile class × split-K, and on 
 wgmma kernel of kernels.matmul_hopper in every layout and tile class) matches float64
 NumPy on odd shapes, writes every output element, and repeats bit for bit."""
 
+import itertools
 import math
 
 import numpy as np
@@ -282,7 +283,7 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(128, 4096, 132) is None  # no K given (s8): no split tile
     # 16-bit: few narrow tiles and M > 16 split K, one work item per SM.
     assert mh.choose_tile(128, 4096, 132, 4096) == "split"
-    assert mh.split_count(128, 4096, 4096, 132) == (4, 16)  # 32 tiles × 4 splits
+    assert mh.split_count(128, 4096, 4096, 132) == (2, 32)  # 32 tiles × MAX_SPLITS
     assert mh.choose_tile(256, 4096, 132, 4096) == "split"  # 64 narrow tiles: 2 splits
     assert mh.split_count(256, 4096, 4096, 132) == (2, 32)
     assert mh.choose_tile(512, 4096, 132, 4096) == "narrow"
@@ -297,13 +298,21 @@ def test_wgmma_tile_choice():
     # Fewer than a fifth of a wave of narrow tiles (not measured): mma.sync.
     assert mh.choose_tile(64, 2048, 132, 8192) is None  # 16 narrow tiles
     assert mh.choose_tile(64, 3456, 132, 8192) == "split"  # 27 narrow tiles
-    # Forced splits: clamped to one per k-tile, at least one.
-    assert mh.split_count(64, 4096, 4096, 132, splits=1000) == (64, 1)
-    assert mh.split_count(64, 4096, 4096, 132, splits=3) == (3, 22)
+    # Forced splits (a cluster): a power of two up to 8, at most one per k-tile, at least 1.
+    assert mh.split_count(64, 4096, 4096, 132, splits=1000) == (8, 8)
+    assert mh.split_count(64, 4096, 4096, 132, splits=3) == (2, 32)
     assert mh.split_count(64, 4096, 4096, 132, splits=0) == (1, 64)
+    assert mh.split_count(64, 4096, 192, 132, splits=8) == (2, 2)  # 3 k-tiles
+    # 17 k-tiles in 8 splits of 3 would leave 6: 4 splits of 5, the last of 2.
+    assert mh.split_count(64, 4096, 1088, 132, splits=8) == (4, 5)
     # Splits of at least MIN_SPLIT_KTILES k-tiles, the last one possibly shorter.
-    assert mh.split_count(64, 1000, 3000, 132) == (10, 5)  # 47 k-tiles: 9 × 5 + 2
+    assert mh.split_count(64, 4096, 448, 132) == (1, 7)  # 7 k-tiles
     assert mh.split_count(64, 128, 520, 132) == (2, 5)  # 9 k-tiles: 5 + 4
+    for m, n, k, splits in itertools.product((1, 64, 300), (128, 4096), (64, 1000, 3000, 9000),
+                                             (None, 1, 2, 3, 5, 8, 64)):
+        got, kps = mh.split_count(m, n, k, 132, splits=splits)
+        n_ktiles = -(-k // 64)
+        assert got in (1, 2, 4, 8) and -(-n_ktiles // kps) == got, (m, n, k, splits)
 
 
 def test_wgmma_plan_cache_host_logic(monkeypatch):
@@ -614,13 +623,14 @@ def test_wgmma_bit_identical_repeats():
 
 @gpu
 @hopper
-@pytest.mark.parametrize("splits", [None, 1, 3, 1000])
+@pytest.mark.parametrize("splits", [None, 1, 2, 3, 4, 8, 1000])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("m, n, k", [(8, 264, 4040), (72, 1032, 1000), (200, 520, 8200)])
 def test_wgmma_split_k(m, n, k, layout, splits):
-    """The split tile for any split count (1000: clamped to one k-tile each), K not a
-    multiple of the k-tile, M inside one tile or across two: float32 and 16-bit outputs
-    match float64, and repeats give the same bits (the fold adds in split order)."""
+    """The split tile for every cluster of splits (3: rounded down to 2; 1000: to 8), K
+    not a multiple of the k-tile, M inside one tile or across two: float32 and 16-bit
+    outputs match float64, and repeats give the same bits (the fold adds in split
+    order)."""
     fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(F16,), loads="wgmma", out=out,
                                            tile="split", splits=splits)
     fwd.__name__ = f"matmul_fwd[wgmma,split,{splits}]"

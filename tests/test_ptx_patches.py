@@ -172,20 +172,8 @@ def k_wgmma_n256_trans(u, f):
     STAGE_F16_N256(u[5], u[6], acc)
 
 
-LOAD_ADD_N128 = P.ld_global_accumulator_add(128)
-
-
-def k_accumulator_fold(u, f):
-    """A split-K fold's pieces: an accumulator added back from global memory (rows with
-    and without their flag) and an arrival counter."""
-    acc = P.accumulator_zeros(64)
-    acc = LOAD_ADD_N128(P.global_addr(f, 0), P.global_addr(f, 8), u[2], u[3], acc)
-    f[cuda.threadIdx.x] = acc[0] + acc[63]
-    u[0] = P.atom_global_add_u32(P.global_addr(u, 1), 1)
-
-
 def k_cluster(u, f):
-    """Cluster rank, barriers, remote arrive and load, multicast TMA, TMA store and bulk
+    """Cluster rank and index, barriers, remote arrive and loads, multicast TMA, TMA store and bulk
     groups, named barrier, setmaxnreg."""
     bar = cuda.shared.array(1, types.uint64)
     s = cuda.shared.array(64, types.uint32)
@@ -212,6 +200,8 @@ def k_cluster(u, f):
         P.cp_async_bulk_wait_group(0)
     u[cuda.threadIdx.x] = s[cuda.threadIdx.x % 64] + rank
     f[cuda.threadIdx.x] = P.ld_shared_cluster_f32(P.shared_addr(s, 1), rank ^ 1)
+    v = P.ld_shared_cluster_v4_f32(P.shared_addr(s, 4), rank ^ 1)
+    f[cuda.threadIdx.x + 1] = v[0] + v[3] + P.cluster_id_x()
 
 
 def k_mbarrier(u, f):
@@ -315,17 +305,12 @@ CASES = {
          "cvt.rn.f16x2.f32", "st.shared.b32"],
         True,
     ),
-    "accumulator_fold": (
-        k_accumulator_fold,
-        ["@r0 ld.global.v2.f32", "@r8 ld.global.v2.f32", "@r8 add.f32", "atom.global.add.u32"],
-        False,
-    ),
     "cluster": (
         k_cluster,
         ["%cluster_ctarank", "fence.mbarrier_init.release.cluster",
          "barrier.cluster.arrive.release", "barrier.cluster.wait.acquire",
          "mapa.shared::cluster.u32", "mbarrier.arrive.shared::cluster.b64",
-         "ld.shared::cluster.f32",
+         "ld.shared::cluster.f32", "ld.shared::cluster.v4.f32", "%clusterid.x",
          ".multicast::cluster", "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
          "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0",
          "cp.async.bulk.wait_group 0", "bar.sync 1, 128", "setmaxnreg.dec.sync.aligned.u32 40",

@@ -17,10 +17,10 @@ the staged TMA store and f32 outputs straight from registers.
 
 Grids of few tiles with M > 16 (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs)
 and K ≥ 3072 take the "split" tile (:func:`choose_tile`; K from 1024 the narrow tile
-alone): the narrow tile with K split so that each SM gets one (tile, split) work item
-(``helpers.wgmma_pipeline``'s split-K schedule); the last split of a tile to finish adds
-the tile's f32 partials from the stream's arrival workspace in split order (the same bits
-every run) and stores the sum. Same operands, layouts and outputs as the others.
+alone): the narrow tile with K split over the CTAs of a cluster, one (tile, split) work
+item per CTA (``helpers.wgmma_pipeline``'s split-K schedule); the splits add their f32
+partials in distributed shared memory, in split order (the same bits every run), each
+storing its share of the tile's rows. Same operands, layouts and outputs as the others.
 
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
@@ -41,18 +41,15 @@ from .._tensor_map import tensor_map_2d
 from ..ptx_patches import (
     accumulator_zeros,
     accumulator_zeros_s32,
-    atom_global_add_u32,
     bar_sync_threads,
     cluster_arrive,
     cluster_wait,
     cp_async_bulk_wait_group,
     device_function,
-    ld_global_accumulator_add,
     ld_global_nc_f32,
     setmaxnreg_dec,
     setmaxnreg_inc,
     shared_addr,
-    st_global_b32,
 )
 from .helpers import OUT_F32
 from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR
@@ -66,13 +63,13 @@ from .helpers.wgmma_pipeline import (
     wgmma_pipeline,
 )
 from .launch import kernel
-from .op import arrival_workspace, workspace
 
 # Tile classes: (BM, BN, BK, STAGES), BK for 16-bit operands (s8: twice as many elements,
 # the same 128-byte line; :func:`geometry`). wide: 128×256, the two consumer warpgroups each
 # 64×256 (m64n256k16, 128 f32 accumulators per thread), 4 stages of 48 KB; narrow:
 # 128×128 (m64n128k16), 6 stages of 32 KB, for grids the wide tile leaves under one wave;
-# split: the narrow tile with K split over CTAs (16-bit operands), for grids of fewer tiles.
+# split: the narrow tile with K split over a cluster's CTAs (16-bit operands), for grids of
+# fewer tiles.
 TILES = {
     "wide": (128, 256, 64, 4),
     "narrow": (128, 128, 64, 6),
@@ -93,18 +90,20 @@ NARROW_MIN_BLOCKS_PER_SM = 0.45
 # (and for grids of fewer tiles, not measured) mma.sync's split-K tiles. H100, f16, µs
 # mma.sync / narrow / split (benchmarks/small_m_matmul.py; docs/perf-log-matmul.md #18):
 # M = 128, K = 1024 18.9 / 13.0 / 23.2, 2048 26.2 / 19.5 / 21.7, 3072 33.8 / 26.2 / 25.3,
-# 4096 40.8 / 33.0 / 28.8; M = 32, K = 2048 18.1 / 19.4 / 17.0. A split's partials and fold
-# cost ~4 µs (K = 64: narrow 6.5, split 10.8); the narrow tile's 32 CTAs take ~6.6 µs per
-# 1024 of K. M ≤ 16 keeps the weight stream or the mma.sync decode tiles (row-major B at
-# M = 16: 19.1 against 22.7 split). One work item per SM (M = 64, K = 4096, 4 / 2 splits:
-# 24.9 / 26.0 µs; M = 128, K = 16384: 64.7 / 71.7; past one wave the items queue: M = 128,
-# K = 4096, 6 / 8 splits 44.1 / 47.8 against 28.9), each split at least MIN_SPLIT_KTILES.
+# 4096 40.8 / 33.0 / 28.8 (splits folded through global memory then; #19 folds them in
+# distributed shared memory: 3072 20.7, 4096 24.4). M ≤ 16 keeps the weight stream or the
+# mma.sync decode tiles (row-major B at M = 16: 19.1 against 22.7 split).
 SPLIT_MIN_BLOCKS_PER_SM = 0.2
 SPLIT_MAX_BLOCKS_PER_SM = 0.5
 SPLIT_MIN_M = 16
 SPLIT_MIN_KTILES = 48
 FEW_TILES_MIN_KTILES = 16
+# Splits per tile: one work item per SM, at most MAX_SPLITS, each at least MIN_SPLIT_KTILES
+# k-tiles. Clusters of 4 or 8 were slower than 2 (#19: M = 128, K = 4096, 2 / 4 / 8 splits
+# 24.4 / 35.1 / 44.2 µs; at K = 16384 69.1 / 89.2 / 88.3), and a cluster's size is a
+# power of two (sizes 3, 5 and 6 gave wrong sums, #19).
 SPLIT_ITEMS_PER_SM = 1
+MAX_SPLITS = 2
 MIN_SPLIT_KTILES = 4
 
 
@@ -116,7 +115,7 @@ def geometry(dtype: str, tile: str) -> tuple:
 
 
 _SIGNATURE = ("void(uint64, uint64, uint64, uint64, int32, int32, int32, int32, float32, "
-              "uint64, int32, uint64, int32, uint64, int32, uint64, uint64, int32)")
+              "uint64, int32, uint64, int32, uint64, int32, int32)")
 # The dequantization arguments of a float kernel (ignored): alpha, no scales, no bias.
 NO_DEQUANT = (1.0, 0, SCALE_NONE, 0, SCALE_NONE, 0, 0)
 
@@ -129,28 +128,23 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     ``C = alpha · sa[row] · sb[col] · acc + bias[col]``: alpha, the addresses and modes
     (``helpers.epilogue.SCALE_*``) of the f32 row and column scales, the f32 bias's
     address and whether there is one; last, read by the split-K variants only (else 0):
-    the addresses of the f32 partials (BM×BN per work item, tile-major: split s of tile t
-    at (t · splits + s) · BM · BN) and of one uint32 arrival counter per tile (0 at launch,
-    reset by the tile's last split), and ``kps``, the k-tiles per split.
+    ``kps``, the k-tiles per split (launched in clusters of the splits).
     The output is row-major M×N with rows of whole 16-byte chunks (N % 8 == 0, 16-byte
     aligned base): f32 pairs are stored straight from registers, 16-bit tiles through TMA.
 
-    Split-K epilogue: each item stores its partial (rows inside M), fences, and counts
-    itself in at its tile's counter; the last split of a tile to arrive adds the tile's
-    partials in split order — the same bits whichever split is last — and stores the sum
-    as the other variants store their accumulators."""
+    Split-K epilogue: each split stages its partial in its shared memory; after a cluster
+    barrier each adds its share of the tile's rows over the splits, in split order (the
+    same bits whichever split finished first), and stores them from registers."""
     SPLIT_K = tile in SPLIT_TILES
-    BM, BN = TILES[tile][:2]
     pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, geometry(dtype, tile), SPLIT_K)
     ACC = pipe.ACC
     INTEGER, store_scaled = pipe.integer, pipe.store_scaled
     layout, init_barriers, schedule, origin = (pipe.layout, pipe.init_barriers, pipe.schedule,
                                                pipe.origin)
-    schedule_split, item = pipe.schedule_split, pipe.item
+    item = pipe.item
     produce, descriptors, consume_tile = pipe.produce, pipe.descriptors, pipe.consume_tile
     store_direct, store_staged, staging = pipe.store_direct, pipe.store_staged, pipe.staging
-    add_partial = ld_global_accumulator_add(BN)
-    PARTIAL_BYTES = BM * BN * 4
+    stage_partial, fold_partials = pipe.stage_partial, pipe.fold_partials
     name = f"_matmul_wgmma_fwd_kernel_{dtype}_{'n' if a_kmajor else 't'}" \
            f"{'t' if b_kmajor else 'n'}_{tile}"
 
@@ -179,10 +173,8 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     @kernel([_SIGNATURE], name=name, arch_specific=True, min_cc=(9, 0), address_scalars=True,
             max_dynamic_shared_bytes=pipe.SHARED_BYTES, launch_bounds=THREADS)
     def _matmul_wgmma_fwd_kernel(tmap_a, tmap_b, tmap_c, out, M, N, K, kind, alpha, scale_a,
-                                 sa_mode, scale_b, sb_mode, bias, has_bias, partials,
-                                 counters, kps):
+                                 sa_mode, scale_b, sb_mode, bias, has_bias, kps):
         smem = cuda.shared.array(0, uint8)
-        last_split = cuda.shared.array(1, int32)
         ring, full, empty = layout(int32(shared_addr(smem, 0)))
         tid = int32(cuda.threadIdx.x)
         lane = tid % 32
@@ -196,6 +188,9 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
             setmaxnreg_dec(PRODUCER_REGISTERS)  # the producer's registers go to consumers
             if tid < 32:
                 produce(ring, full, empty, tmap_a, tmap_b, M, N, K, kps)
+            if SPLIT_K:  # the consumers' barrier below (they fold, inside their role)
+                cluster_arrive()
+                cluster_wait()
         else:
             setmaxnreg_inc(CONSUMER_REGISTERS)
             consumer = warpgroup - 1
@@ -207,37 +202,14 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
             acc = accumulator_zeros_s32(ACC) if INTEGER else accumulator_zeros(ACC)
             step = int32(0)
             if SPLIT_K:
-                tiles_m, tiles_n, items, first, stride, n_ktiles, splits = schedule_split(
-                    M, N, K, kps)
-                for u in range(first, items, stride):
-                    m0, n0, kt0, nk, t = item(u, tiles_m, splits, kps, n_ktiles)
-                    acc, step = consume_tile(a_desc, b_desc, full, empty, step, nk, acc)
-                    rows = min(M - m0, BM)
-                    tile_partials = partials + uint64(int64(t) * splits * PARTIAL_BYTES)
-                    store_direct(tile_partials + uint64((u - t * splits) * PARTIAL_BYTES),
-                                 0, 0, row, col, rows, BN, acc)
-                    # Release: every consumer thread's partial is visible GPU-wide before
-                    # the tile counts this split in.
-                    cuda.threadfence()
-                    bar_sync_threads(CONSUMER_BARRIER, CONSUMER_THREADS)
-                    if tid == 128:
-                        counter = counters + uint64(4 * t)
-                        arrived = atom_global_add_u32(counter, uint32(1))
-                        last_split[0] = int32(arrived == uint32(splits - 1))
-                        if arrived == uint32(splits - 1):  # ready for the next launch
-                            st_global_b32(counter, uint32(0))
-                    bar_sync_threads(CONSUMER_BARRIER, CONSUMER_THREADS)
-                    if last_split[0] != 0:
-                        cuda.threadfence()  # acquire: the other splits' partials
-                        acc = accumulator_zeros(ACC)
-                        for sp in range(splits):
-                            at = tile_partials + uint64(sp * PARTIAL_BYTES
-                                                        + 4 * (row * BN + col))
-                            acc = add_partial(at, at + uint64(4 * 8 * BN), uint32(row < rows),
-                                              uint32(row + 8 < rows), acc)
-                        store_tile(tmap_c, out, kind, m0, n0, M, N, consumer, row, col,
-                                   stage_buffer, stage_row, stage_xor, issuer, alpha, scale_a,
-                                   sa_mode, scale_b, sb_mode, bias, has_bias, acc)
+                nk = item(M, N, K, kps)[3]
+                acc, step = consume_tile(a_desc, b_desc, full, empty, step, nk, acc)
+                # Both consumers' last wgmma read the ring before it holds the partial.
+                bar_sync_threads(CONSUMER_BARRIER, CONSUMER_THREADS)
+                stage_partial(ring, row, col, acc)
+                cluster_arrive()  # every split's partial is in its CTA's shared memory
+                cluster_wait()
+                fold_partials(ring, out, kind, M, N, K, kps, tid - 128)
             else:
                 tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = (
                     schedule(M, N, K))
@@ -249,7 +221,8 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
                                sa_mode, scale_b, sb_mode, bias, has_bias, acc)
             if issuer:
                 cp_async_bulk_wait_group(0)
-        # No CTA leaves while another may still arrive on its barriers.
+        # No CTA leaves while another may still arrive on its barriers (or read its
+        # shared memory).
         cluster_arrive()
         cluster_wait()
 
@@ -282,16 +255,20 @@ _KERNELS = {
 def split_count(m: int, n: int, k: int, ctas: int, dtype: str = "f16",
                 splits: int | None = None) -> tuple:
     """(splits, k-tiles per split) of the split tile for an M×N×K product on a grid of at
-    most ``ctas`` CTAs: SPLIT_ITEMS_PER_SM work items per CTA, each split at least
-    MIN_SPLIT_KTILES k-tiles — or ``splits`` (tests, benchmarks), at most one per k-tile.
-    The last split may be shorter; none is empty."""
+    most ``ctas`` CTAs: SPLIT_ITEMS_PER_SM work items per CTA, at most MAX_SPLITS, each
+    split at least MIN_SPLIT_KTILES k-tiles — or ``splits`` (tests, benchmarks), at most
+    the portable cluster size 8 and one per k-tile. The splits make a cluster: a power of
+    two (rounded down), as many as there are non-empty splits; the last may be shorter."""
     bm, bn, bk, _ = geometry(dtype, "split")
     n_ktiles = -(-k // bk)
     if splits is None:
         tiles = -(-m // bm) * -(-n // bn)
-        splits = min(SPLIT_ITEMS_PER_SM * ctas // tiles, n_ktiles // MIN_SPLIT_KTILES)
-    kps = -(-n_ktiles // max(1, min(splits, n_ktiles)))
-    return -(-n_ktiles // kps), kps
+        splits = min(SPLIT_ITEMS_PER_SM * ctas // tiles, n_ktiles // MIN_SPLIT_KTILES,
+                     MAX_SPLITS)
+    splits = 1 << (max(1, min(splits, n_ktiles, 8)).bit_length() - 1)
+    while -(-n_ktiles // -(-n_ktiles // splits)) < splits:  # an empty split: halve
+        splits //= 2
+    return splits, -(-n_ktiles // splits)
 
 
 def choose_tile(m: int, n: int, sms: int, k: int | None = None) -> str | None:
@@ -330,8 +307,7 @@ class LaunchPlan(NamedTuple):
     k: int
     shape: tuple  # the caller's output shape (M×N, or a batch folded into M)
     kps: int = 0  # split tile: k-tiles per split (else 0)
-    workspace_bytes: int = 0  # split tile: bytes of all the f32 partials
-    tiles: int = 0  # split tile: output tiles, one arrival counter each
+    cluster: tuple = CLUSTER  # the launch's cluster shape (split tile: its splits)
 
 
 def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_kmajor: bool,
@@ -341,7 +317,8 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     (B: N×K K-major or K×N), both TMA-compatible (``_tensor_map.tma_compatible``), and a
     row-major M×N output ``out`` of ``kind`` whose rows are whole 16-byte chunks. The grid
     is persistent: as many clusters as fit on the GPU at once, or fewer where there are
-    fewer cluster tiles (split tile: work items). Returns the plan, which :func:`run`
+    fewer cluster tiles (split tile: one CTA per work item, a cluster per output tile).
+    Returns the plan, which :func:`run`
     launches again for another output of ``shape`` (default (m, n)): any C-contiguous
     array of m·n elements. ``dequant``: the s8 kernels' scale and bias arguments (kernel
     doc). ``splits``: the split tile's K splits (default :func:`split_count`'s)."""
@@ -351,33 +328,27 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
     most = compiled.max_active_clusters(CLUSTER, THREADS, shared) * CLUSTER_M
-    kps = workspace_bytes = tiles = 0
-    if tile in SPLIT_TILES:
+    kps, cluster = 0, CLUSTER
+    if tile in SPLIT_TILES:  # one CTA per (tile, split), a cluster per tile
         splits, kps = split_count(m, n, k, most, dtype, splits)
-        tiles = -(-m // bm) * -(-n // bn)
-        workspace_bytes = tiles * splits * bm * bn * 4
-        grid = min(-(-tiles * splits // CLUSTER_M) * CLUSTER_M, most)
+        grid = -(-m // bm) * -(-n // bn) * splits
+        cluster = (splits, 1, 1)
     else:
         cluster_tiles = -(-m // (bm * CLUSTER_M)) * -(-n // bn)  # ceil divisions
         grid = min(cluster_tiles * CLUSTER_M, most)
     plan = LaunchPlan(compiled, shared, grid, tmap_a, tmap_b, m, n, k,
-                      (m, n) if shape is None else tuple(shape), kps, workspace_bytes, tiles)
+                      (m, n) if shape is None else tuple(shape), kps, cluster)
     run(plan, out, kind, dequant)
     return plan
 
 
 def run(plan: LaunchPlan, out, kind: int, dequant: tuple = NO_DEQUANT) -> None:
-    """Launch ``plan`` writing ``out`` (M×N, kind, rows whole 16-byte chunks); the split
-    tile's partials and counters come from the stream's arrival workspace."""
-    if kind == OUT_F32:
+    """Launch ``plan`` writing ``out`` (M×N, kind, rows whole 16-byte chunks)."""
+    if kind == OUT_F32 or plan.kps:  # f32 and the split tile's sums: stored from registers
         tmap_c = 0
     else:  # a batch folded into M is stored as one (m, n) matrix
         tmap_c = tensor_map_2d(out if out.ndim == 2 else out.reshape(plan.m, plan.n), plan.n,
                                64).ptr
-    split = (0, 0, 0)
-    if plan.kps:
-        partials, counters = workspace(arrival_workspace, plan.workspace_bytes, plan.tiles)
-        split = (partials.ptr, counters.ptr, plan.kps)
     plan.compiled((plan.grid,), THREADS,
                   (plan.tmap_a.ptr, plan.tmap_b.ptr, tmap_c, out.ptr, plan.m, plan.n, plan.k,
-                   kind) + dequant + split, shared_mem=plan.shared, cluster=CLUSTER)
+                   kind) + dequant + (plan.kps,), shared_mem=plan.shared, cluster=plan.cluster)

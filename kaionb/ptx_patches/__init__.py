@@ -18,7 +18,7 @@ kaionb writes PTX text. See docs/writing-kernels.md.
 - :mod:`.bulk_copy`   TMA: ``cp.async.bulk`` 1-D and tensor copies, their groups,
                       ``prefetch.tensormap``, the async-proxy fence (sm_90)
 - :mod:`.sync`        named barriers (``bar.sync``) and ``setmaxnreg`` (sm_90a)
-- :mod:`.cluster`     thread-block clusters: rank, barrier, remote arrive and load, multicast TMA
+- :mod:`.cluster`     thread-block clusters: rank, index, barrier, remote arrive, loads, multicast
 """
 
 from types import ModuleType as _ModuleType
@@ -39,7 +39,6 @@ from .accumulator_softmax import (
     st_shared_accumulator_f32,
 )
 from .accumulator_store import (
-    ld_global_accumulator_add,
     st_global_accumulator,
     st_global_accumulator_s32_scaled,
     st_shared_accumulator_swizzled,
@@ -57,10 +56,12 @@ from .bulk_copy import (
 from .cluster import (
     cluster_arrive,
     cluster_ctarank,
+    cluster_id_x,
     cluster_wait,
     cp_async_bulk_tensor_2d_multicast,
     fence_mbarrier_init_cluster,
     ld_shared_cluster_f32,
+    ld_shared_cluster_v4_f32,
     mbarrier_arrive_remote,
 )
 from .convert import (
@@ -101,7 +102,6 @@ from .ldmatrix import (
     ldmatrix_x4_trans,
 )
 from .memory import (
-    atom_global_add_u32,
     global_addr,
     ld_global_nc_f32,
     ld_global_nc_stream_v4_u32,

@@ -9,11 +9,10 @@ whose PTX is a straight-line sequence of ``cvt`` and ``st`` instructions, genera
 one accumulator width N (and output type), that writes (part of) an m64nN f32 wgmma
 accumulator in the register layout :mod:`.wgmma` describes, taking the whole tuple as
 its operands; :func:`st_global_accumulator_s32_scaled` stores an s32 (int8)
-accumulator scaled into f32, and :func:`ld_global_accumulator_add` adds back what
-:func:`st_global_accumulator` stored (a split-K fold summing the splits' partials). The
-epilogues of :mod:`kaionb.kernels.matmul_hopper` are built from them; they live in the
-instruction layer because nothing outside ``kaionb.ptx_patches`` writes PTX text. Plain
-``st``, ``ld`` and ``cvt.rn.{f16,bf16}x2.f32``: no arch gate (sm_80 and newer).
+accumulator scaled into f32. The epilogues of :mod:`kaionb.kernels.matmul_hopper` are
+built from them; they live in the instruction layer because nothing outside
+``kaionb.ptx_patches`` writes PTX text. Plain ``st``, ``ld`` and
+``cvt.rn.{f16,bf16}x2.f32``: no arch gate (sm_80 and newer).
 """
 
 from numba import types
@@ -149,39 +148,4 @@ def st_global_accumulator_s32_scaled(n: int, kind: str):
         instruction="st.global.v2.f32" if kind == "f32" else "st.global.b32",
         doc=f"Scale an m64n{n} s32 accumulator per row and column, add a bias, and store "
         f"it as {kind} (see :func:`st_global_accumulator_s32_scaled`).",
-    )
-
-
-def ld_global_accumulator_add(n: int):
-    """The instruction that adds to an m64nN f32 accumulator the f32 values that
-    ``st_global_accumulator(n, "f32")`` stored at the same addresses: ``(addr0: u64,
-    addr8: u64, row0_ok: u32, row8_ok: u32, acc) -> acc``, all N columns of a row whose flag
-    is set (rows without: nothing loaded, acc unchanged). Every load is issued before the
-    first add (one round trip, not N/4). Plain ``ld.global`` (not ``.nc``): the values were
-    written by other blocks of the same launch (after their release fence and an acquire
-    fence of the caller's)."""
-    count = n // 2
-    addr0, addr8, ok0, ok8 = (f"${count + i}" for i in range(4))
-    lines = ["{ .reg .pred r0, r8;", f".reg .f32 t<{count}>;",
-             f"setp.ne.b32 r0, {ok0}, 0;", f"setp.ne.b32 r8, {ok8}, 0;"]
-    for j in range(n // 8):  # elements 4j, 4j+1: row 0, columns 8j + 2t, + 1; 4j+2, 4j+3: row 8
-        for base, pred, e in ((addr0, "r0", 4 * j), (addr8, "r8", 4 * j + 2)):
-            lines.append(f"@{pred} ld.global.v2.f32 {{t{e}, t{e + 1}}}, [{base}+{32 * j}];")
-    for j in range(n // 8):
-        for pred, e in (("r0", 4 * j), ("r8", 4 * j + 2)):
-            lines.append(f"@{pred} add.f32 ${e}, ${e}, t{e};")
-            lines.append(f"@{pred} add.f32 ${e + 1}, ${e + 1}, t{e + 1};")
-    lines.append("}")
-    acc = types.UniTuple(types.float32, count)
-    return ptx_instruction(
-        f"ld_global_accumulator_add_n{n}",
-        "\n".join(lines),
-        outputs=acc,
-        inputs=(types.uint64, types.uint64, types.uint32, types.uint32, acc),
-        tied=4,
-        side_effect=True,
-        memory=True,
-        instruction="ld.global.v2.f32",
-        doc=f"Add the f32 m64n{n} accumulator stored at two row addresses to ``acc`` (see "
-        ":func:`ld_global_accumulator_add`).",
     )

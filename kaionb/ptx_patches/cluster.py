@@ -1,4 +1,4 @@
-"""Hopper (sm_90) thread-block clusters: rank, cluster barrier, remote mbarrier arrive,
+"""Hopper (sm_90) thread-block clusters: rank and cluster index, cluster barrier, remote mbarrier arrive,
 remote shared-memory loads, and TMA multicast.
 
 PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#cluster-of-cooperative-thread-arrays
@@ -27,6 +27,15 @@ cluster_ctarank = ptx_instruction(
     arch=SM90,
     instruction="mov.u32 %cluster_ctarank",
     doc="``%cluster_ctarank``: this CTA's rank in its cluster (0 .. cluster size - 1).",
+)
+
+cluster_id_x = ptx_instruction(
+    "cluster_id_x",
+    "mov.u32 $0, %clusterid.x;",
+    outputs=types.uint32,
+    arch=SM90,
+    instruction="mov.u32 %clusterid.x",
+    doc="``%clusterid.x``: this CTA's cluster's index along x in the grid.",
 )
 
 cluster_arrive = ptx_instruction(
@@ -88,6 +97,20 @@ ld_shared_cluster_f32 = ptx_instruction(
     "offset in CTA ``rank``'s shared memory (distributed shared memory; ``mapa``, then "
     "``ld.shared::cluster``). Order it after the writer's ``cluster_arrive`` with a "
     "``cluster_wait``.",
+)
+
+ld_shared_cluster_v4_f32 = ptx_instruction(
+    "ld_shared_cluster_v4_f32",
+    "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $4, $5;\n"
+    "ld.shared::cluster.v4.f32 {$0, $1, $2, $3}, [remote]; }",
+    outputs=types.UniTuple(types.float32, 4),
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=SM90,
+    instruction="ld.shared::cluster.v4.f32",
+    doc="(addr: u32 shared address in this CTA, 16-byte aligned, rank: u32) -> 4×f32: "
+    "as :data:`ld_shared_cluster_f32`, four floats in one load.",
 )
 
 cp_async_bulk_tensor_2d_multicast = ptx_instruction(

@@ -1,4 +1,4 @@
-"""Addresses, 128-bit vector memory access, and one atomic (``atom.global.add.u32``).
+"""Addresses and 128-bit vector memory access.
 
 PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-ld
 (and ``st``, ``ld.global.nc``).
@@ -183,17 +183,6 @@ st_global_b32 = ptx_instruction(
     memory=True,
     doc="``st.global.b32``: store one 32-bit word, e.g. two packed halves "
     "(address: u64, 4-byte aligned).",
-)
-
-atom_global_add_u32 = ptx_instruction(
-    "atom_global_add_u32",
-    "atom.global.add.u32 $0, [$1], $2;",
-    outputs=types.uint32,
-    inputs=(types.uint64, types.uint32),
-    side_effect=True,
-    memory=True,
-    doc="``atom.global.add.u32``: (address: u64, value: u32) -> the old value. Relaxed, "
-    "GPU scope: fence around it to order other memory (a split-K arrival counter).",
 )
 
 st_global_v4_f32 = ptx_instruction(

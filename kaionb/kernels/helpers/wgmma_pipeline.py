@@ -26,11 +26,13 @@ of GROUP_ROWS cluster rows so a wave's A and B panels stay in L2):
                overlap the next tile's loads) or :meth:`store_direct` (f32 straight from
                registers, whole 32-byte sectors). Both clip at M and N.
 
-**Split-K** (``split_k``, for grids of few tiles: M ≤ 256 at N = 4096): the work items
-are (tile, split) pairs, split s taking k-tiles [s·kps, (s + 1)·kps) of K, and every CTA
-walks items blockIdx.x, + gridDim.x, ... on its own: no multicast (the cluster's CTAs
-hold different K ranges), each loads its whole B tile and its consumers release stages
-of their own CTA only. The kernel folds the splits' partials (its epilogue).
+**Split-K** (``split_k``, for grids of few tiles: M ≤ 256 at N = 4096): one work item
+(tile, split) per CTA, the splits of a tile being the CTAs of one cluster, split s taking
+k-tiles [s·kps, (s + 1)·kps) of K: no multicast (the cluster's CTAs hold different K
+ranges), each loads its whole B tile and its consumers release stages of their own CTA
+only. The splits meet in distributed shared memory: each stages its f32 partial at the
+ring's start (:meth:`stage_partial`), and after a cluster barrier each adds its share of
+the tile's rows over every split (:meth:`fold_partials`) and stores them.
 
 Geometry: a k-step is 32 bytes of K (k16 of 16-bit operands, k32 of s8); a stage is BK
 elements of K = one 128-byte swizzled line per row. s8 accumulates in s32;
@@ -52,8 +54,11 @@ from kaionb.ptx_patches import (
     bar_sync_threads,
     cluster_arrive,
     cluster_ctarank,
+    cluster_id_x,
     cluster_wait,
     cp_async_bulk_commit_group,
+    cvt_rn_bf16x2_f32,
+    cvt_rn_f16x2_f32,
     cp_async_bulk_tensor_2d_global_to_shared,
     cp_async_bulk_tensor_2d_multicast,
     cp_async_bulk_tensor_2d_shared_to_global,
@@ -61,6 +66,7 @@ from kaionb.ptx_patches import (
     device_function,
     fence_mbarrier_init_cluster,
     fence_proxy_async_shared,
+    ld_shared_cluster_v4_f32,
     make_smem_desc,
     mbarrier_arrive,
     mbarrier_arrive_expect_tx,
@@ -70,6 +76,9 @@ from kaionb.ptx_patches import (
     prefetch_tensormap,
     st_global_accumulator,
     st_global_accumulator_s32_scaled,
+    st_global_v2_u32,
+    st_global_v4_f32,
+    st_shared_accumulator_f32,
     st_shared_accumulator_swizzled,
     wgmma_commit_group,
     wgmma_fence,
@@ -82,7 +91,7 @@ from kaionb.ptx_patches import (
     wgmma_wait_group,
 )
 
-from .epilogue import OUT_F16, OUT_F32
+from .epilogue import OUT_BF16, OUT_F16, OUT_F32
 
 CONSUMERS = 2  # consumer warpgroups
 THREADS = 128 * (1 + CONSUMERS)
@@ -135,25 +144,17 @@ def tile_schedule(M, N, K, BM, BN, BK):
 
 
 @device_function
-def split_schedule(M, N, K, kps, BM, BN, BK):
-    """The split-K schedule in :func:`tile_schedule`'s shape: (tiles_m, tiles_n, work
-    items = tiles · splits, this CTA's first item, the item stride (CTAs in the grid),
-    K-steps of the whole K, splits). ``kps``: k-tiles per split."""
+def split_item(M, N, K, kps, BM, BN, BK):
+    """(m0, n0, first k-tile, k-tiles, split, splits) of this CTA's split-K work item: the
+    splits of a tile are the CTAs of one cluster (cluster c holds tile c, tiles walking M
+    first; rank s takes k-tiles [s·kps, (s + 1)·kps)). ``kps``: k-tiles per split."""
     tiles_m = (M + BM - 1) // BM
-    tiles_n = (N + BN - 1) // BN
     n_ktiles = (K + BK - 1) // BK
-    splits = (n_ktiles + kps - 1) // kps
-    return (tiles_m, tiles_n, tiles_m * tiles_n * splits, int32(cuda.blockIdx.x),
-            int32(cuda.gridDim.x), n_ktiles, splits)
-
-
-@device_function
-def split_item(u, tiles_m, splits, kps, n_ktiles, BM, BN):
-    """(m0, n0, first k-tile, k-tiles, output tile) of split-K work item ``u``: the splits
-    of a tile are neighbours (they finish together), tiles walk M first."""
-    tile = u // splits
-    kt0 = (u - tile * splits) * kps
-    return (tile % tiles_m) * BM, tile // tiles_m * BN, kt0, min(kps, n_ktiles - kt0), tile
+    tile = int32(cluster_id_x())
+    split = int32(cluster_ctarank())
+    kt0 = split * kps
+    return ((tile % tiles_m) * BM, tile // tiles_m * BN, kt0, min(kps, n_ktiles - kt0), split,
+            (n_ktiles + kps - 1) // kps)
 
 
 @device_function
@@ -222,8 +223,17 @@ class WgmmaPipeline:
             raise ValueError("wgmma_pipeline: the consumer loop is written for 4 k-steps")
         if PARTS > 2:
             raise ValueError(f"wgmma_pipeline: BN up to {2 * STAGED_COLS}")
+        # Split-K's fold (:meth:`stage_partial`, :meth:`fold_partials`): each split's f32
+        # partial, row-major at the ring's start, rows padded by 8 floats (the 4 rows of a
+        # half-warp's 8-byte stores then start 8 banks apart: no conflicts).
+        FOLD_ROW_BYTES = 4 * (BN + 8)
+        FOLD_CHUNKS = BN // 4  # 16-byte chunks of a row
+        FOLD_BATCH = 4  # chunks a thread folds at once (their loads in flight together)
+        if SPLIT_K and BM * FOLD_ROW_BYTES > STAGING:
+            raise ValueError("wgmma_pipeline: the split-K fold buffer must fit in the ring")
         mma = WGMMA[(operand, BN)]
         store_f32 = st_global_accumulator(BN, "f32")
+        stage_f32 = st_shared_accumulator_f32(BN)
         if E == 1:  # the W8A8 epilogue's stores, one per output kind
             scaled_f32 = st_global_accumulator_s32_scaled(BN, "f32")
             scaled_f16 = st_global_accumulator_s32_scaled(BN, "f16")
@@ -263,12 +273,8 @@ class WgmmaPipeline:
             return tile_origin(t, tiles_m, tiles_n, rank, BM, BN)
 
         @device_function
-        def schedule_split(M, N, K, kps):
-            return split_schedule(M, N, K, kps, BM, BN, BK)
-
-        @device_function
-        def item(u, tiles_m, splits, kps, n_ktiles):
-            return split_item(u, tiles_m, splits, kps, n_ktiles, BM, BN)
+        def item(M, N, K, kps):
+            return split_item(M, N, K, kps, BM, BN, BK)
 
         @device_function
         def load_stage(ring, full, s, tmap_a, tmap_b, m0, n0, k, rank):
@@ -332,12 +338,9 @@ class WgmmaPipeline:
                 prefetch_tensormap(tmap_b)
             step = int32(0)
             if SPLIT_K:
-                tiles_m, tiles_n, items, first, stride, n_ktiles, splits = schedule_split(
-                    M, N, K, kps)
-                for u in range(first, items, stride):
-                    m0, n0, kt0, nk, _ = item(u, tiles_m, splits, kps, n_ktiles)
-                    step = produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, kt0, nk,
-                                         int32(0), step, lane)
+                m0, n0, kt0, nk, _, _ = item(M, N, K, kps)
+                produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, kt0, nk, int32(0),
+                              step, lane)
             else:
                 tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = (
                     schedule(M, N, K))
@@ -449,6 +452,81 @@ class WgmmaPipeline:
                     cp_async_bulk_commit_group()
 
         @device_function
+        def stage_partial(ring, row, col, acc):
+            """Split-K: this consumer thread's f32 accumulator (tile row ``row``, column
+            ``col``) into the fold buffer at the ring's start. Only once every consumer's
+            last wgmma has read the ring (a consumer barrier before)."""
+            at = ring + row * FOLD_ROW_BYTES + 4 * col
+            stage_f32(at, at + 8 * FOLD_ROW_BYTES, acc)
+
+        @device_function
+        def store_chunk(out, kind, offset, v):
+            """Four f32 values as ``kind`` at element ``offset`` of the output ``out``."""
+            if kind == OUT_F32:
+                st_global_v4_f32(out + uint64(offset * 4), v)
+            elif kind == OUT_F16:
+                st_global_v2_u32(out + uint64(offset * 2), (cvt_rn_f16x2_f32(v[0], v[1]),
+                                                            cvt_rn_f16x2_f32(v[2], v[3])))
+            elif kind == OUT_BF16:
+                st_global_v2_u32(out + uint64(offset * 2), (cvt_rn_bf16x2_f32(v[0], v[1]),
+                                                            cvt_rn_bf16x2_f32(v[2], v[3])))
+
+        @device_function
+        def fold_chunk(ring, m0, n0, N, first_row, chunks, i):
+            """(shared address, output offset) of chunk ``i`` of a CTA's fold: 4 columns
+            of row first_row + i // FOLD_CHUNKS. The offset is -1 where nothing is stored
+            (past the CTA's ``chunks``, whose address is then the last chunk's, or past N:
+            whole chunks, N % 4 == 0)."""
+            j = min(i, chunks - 1)
+            r = first_row + j // FOLD_CHUNKS
+            c = 4 * (j % FOLD_CHUNKS)
+            offset = int64(m0 + r) * N + n0 + c if i < chunks and n0 + c < N else int64(-1)
+            return ring + r * FOLD_ROW_BYTES + 4 * c, offset
+
+        @device_function
+        def fold_partials(ring, out, kind, M, N, K, kps, ctid):
+            """Split-K, the splits of a tile being the CTAs of one cluster (rank = split)
+            and every split's partial staged (:meth:`stage_partial`) behind a cluster
+            barrier: CTA rank r adds rows [r·⌈BM/splits⌉, +⌈BM/splits⌉) of the partials,
+            read from the splits' shared memory in rank order (the same bits whichever
+            split finished first), and stores them as ``kind`` into the row-major M×N
+            ``out`` (an address; N % 4 == 0), clipped at M and N. ``ctid``: the thread's
+            index among the consumers."""
+            m0, n0, kt0, nk, split, splits = item(M, N, K, kps)
+            rows = (BM + splits - 1) // splits
+            first_row = split * rows
+            chunks = (min(first_row + rows, M - m0) - first_row) * FOLD_CHUNKS
+            for base in range(ctid, chunks, FOLD_BATCH * CONSUMER_THREADS):
+                at0, to0 = fold_chunk(ring, m0, n0, N, first_row, chunks, base)
+                at1, to1 = fold_chunk(ring, m0, n0, N, first_row, chunks,
+                                      base + CONSUMER_THREADS)
+                at2, to2 = fold_chunk(ring, m0, n0, N, first_row, chunks,
+                                      base + 2 * CONSUMER_THREADS)
+                at3, to3 = fold_chunk(ring, m0, n0, N, first_row, chunks,
+                                      base + 3 * CONSUMER_THREADS)
+                v0 = ld_shared_cluster_v4_f32(at0, uint32(0))
+                v1 = ld_shared_cluster_v4_f32(at1, uint32(0))
+                v2 = ld_shared_cluster_v4_f32(at2, uint32(0))
+                v3 = ld_shared_cluster_v4_f32(at3, uint32(0))
+                for split in range(1, splits):
+                    w0 = ld_shared_cluster_v4_f32(at0, uint32(split))
+                    w1 = ld_shared_cluster_v4_f32(at1, uint32(split))
+                    w2 = ld_shared_cluster_v4_f32(at2, uint32(split))
+                    w3 = ld_shared_cluster_v4_f32(at3, uint32(split))
+                    v0 = (v0[0] + w0[0], v0[1] + w0[1], v0[2] + w0[2], v0[3] + w0[3])
+                    v1 = (v1[0] + w1[0], v1[1] + w1[1], v1[2] + w1[2], v1[3] + w1[3])
+                    v2 = (v2[0] + w2[0], v2[1] + w2[1], v2[2] + w2[2], v2[3] + w2[3])
+                    v3 = (v3[0] + w3[0], v3[1] + w3[1], v3[2] + w3[2], v3[3] + w3[3])
+                if to0 >= 0:
+                    store_chunk(out, kind, to0, v0)
+                if to1 >= 0:
+                    store_chunk(out, kind, to1, v1)
+                if to2 >= 0:
+                    store_chunk(out, kind, to2, v2)
+                if to3 >= 0:
+                    store_chunk(out, kind, to3, v3)
+
+        @device_function
         def staging(ring, consumer, row, col):
             """(buffer, this thread's row address in it, the row's swizzle XOR) of the
             consumer's 16-bit staging buffer for tile row ``row``, column ``col``."""
@@ -462,9 +540,10 @@ class WgmmaPipeline:
         self.store_scaled = store_scaled
         self.layout, self.init_barriers, self.schedule = layout, init_barriers, schedule
         self.origin, self.produce, self.descriptors = origin, produce, descriptors
-        self.schedule_split, self.item = schedule_split, item
+        self.item = item
         self.consume_tile, self.store_direct = consume_tile, store_direct
         self.store_staged, self.staging = store_staged, staging
+        self.stage_partial, self.fold_partials = stage_partial, fold_partials
 
 
 def wgmma_pipeline(operand: str, a_kmajor: bool, b_kmajor: bool, tile,
