@@ -290,9 +290,9 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(16, 4096, 132, 4096) is None  # M ≤ 16: stream or decode tiles
     assert mh.choose_tile(17, 4096, 132, 4096) == "split"
     assert mh.choose_tile(128, 4096, 132, 3072) == "split"
-    # Moderate K: the narrow tile alone; short K: mma.sync's split-K tiles.
-    assert mh.choose_tile(128, 4096, 132, 2048) == "narrow"
-    assert mh.choose_tile(32, 4096, 132, 1024) == "narrow"
+    # From K = 1024 split; shorter K: mma.sync's split-K tiles.
+    assert mh.choose_tile(128, 4096, 132, 2048) == "split"
+    assert mh.choose_tile(32, 4096, 132, 1024) == "split"
     assert mh.choose_tile(128, 4096, 132, 960) is None  # 15 k-tiles
     assert mh.choose_tile(64, 64, 132, 64) is None
     # Fewer than a fifth of a wave of narrow tiles (not measured): mma.sync.
@@ -646,8 +646,8 @@ def test_wgmma_split_k(m, n, k, layout, splits):
 @hopper
 def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
     """The public entries launch the Hopper kernel for a GPU-filling aligned shape, for
-    M > 16 on a fifth to half a wave of narrow tiles from K = 1024 (split from K = 3072),
-    and the mma.sync kernels otherwise (unaligned rows, M ≤ 16, shorter K)."""
+    M > 16 on a fifth to half a wave of narrow tiles the split tile from K = 1024, and
+    the mma.sync kernels otherwise (unaligned rows, M ≤ 16, shorter K)."""
     launched = []
     real = mh.launch
     monkeypatch.setattr(mh, "launch",
@@ -661,9 +661,9 @@ def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
     check_matmul(mm.matmul, 16, 4096, 512, F16, "nn")  # M ≤ 16: mma.sync with split-K
     assert launched == ["wide"] * 3
     check_matmul(mm.matmul, 64, 4096, 520, F16, "nn")  # 32 narrow tiles, short K: mma.sync
-    check_matmul(mm.matmul, 64, 4096, 1032, F16, "nn")  # moderate K: the narrow tile
-    check_matmul(mm.matmul, 64, 4096, 3080, F16, "nn")  # long K: split
-    assert launched == ["wide"] * 3 + ["narrow", "split"]
+    check_matmul(mm.matmul, 64, 4096, 1032, F16, "nn")  # from K = 1024: split
+    check_matmul(mm.matmul, 64, 4096, 3080, F16, "nn")
+    assert launched == ["wide"] * 3 + ["split", "split"]
 
 
 @gpu

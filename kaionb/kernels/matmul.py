@@ -7,8 +7,8 @@ Two kernel families serve it. On compute capability 9.0, 16-bit operands of one 
 each (a batch over a shared B folds into one) run the wgmma kernel of
 :mod:`.matmul_hopper` wherever its TMA loads can (16-byte aligned rows) and the output
 fills at least ~half the GPU with 128×128 tiles — or, for M > 16 and a fifth to half of
-that, on those tiles from K = 1024 and with K split over the SMs from K = 3072 (its
-"split" tile; ``matmul_hopper.choose_tile``). Everything else runs the ``mma.sync``
+that, from K = 1024 with K split in two over a cluster (its "split" tile;
+``matmul_hopper.choose_tile``). Everything else runs the ``mma.sync``
 kernels below, built from :mod:`.helpers.mma_pipeline` (PTX ISA:
 https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-mma;
 design as CUTLASS's sm80 GEMM): f16/bf16 m16n8k16 or, for float32 inputs, tf32 m16n8k8 —
@@ -816,8 +816,7 @@ def matmul(a, b, *, out=None, dtype=None, precision: str = DEFAULT_PRECISION) ->
     one pass (10-bit mantissas: relative error ~1e-3, about 3× faster). On compute
     capability 9.0, 16-bit operands with 16-byte aligned rows run a wgmma + TMA kernel
     when the output fills the GPU, and for M > 16 with K ≥ 1024 on smaller grids of at
-    least a fifth of the GPU (from K = 3072 with K split over the SMs); elsewhere
-    mma.sync. Results are the same bits from run to run.
+    least a fifth of the GPU (K split in two); elsewhere mma.sync. Results are the same bits from run to run.
 
     Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient
     (dA = dC·Bᵀ, dB = Aᵀ·dC, float32 gradients).

@@ -16,8 +16,8 @@ CTA by multicast, two consumer warpgroups run wgmma from it (56 / 224 registers 
 the staged TMA store and f32 outputs straight from registers.
 
 Grids of few tiles with M > 16 (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs)
-and K ≥ 3072 take the "split" tile (:func:`choose_tile`; K from 1024 the narrow tile
-alone): the narrow tile with K split over the CTAs of a cluster, one (tile, split) work
+and K ≥ 1024 take the "split" tile (:func:`choose_tile`): the narrow tile with K split
+over the CTAs of a cluster, one (tile, split) work
 item per CTA (``helpers.wgmma_pipeline``'s split-K schedule); the splits add their f32
 partials in distributed shared memory, in split order (the same bits every run), each
 storing its share of the tile's rows. Same operands, layouts and outputs as the others.
@@ -86,22 +86,20 @@ WIDE_MIN_BLOCKS_PER_SM = 0.9
 NARROW_MIN_BLOCKS_PER_SM = 0.45
 # Grids of SPLIT_MIN_BLOCKS_PER_SM to SPLIT_MAX_BLOCKS_PER_SM narrow tiles with M >
 # SPLIT_MIN_M (16-bit; the range measured: N = 4096, M = 32-256): split-K from
-# SPLIT_MIN_KTILES k-tiles of K, the narrow tile alone from FEW_TILES_MIN_KTILES, else
-# (and for grids of fewer tiles, not measured) mma.sync's split-K tiles. H100, f16, µs
-# mma.sync / narrow / split (benchmarks/small_m_matmul.py; docs/perf-log-matmul.md #18):
-# M = 128, K = 1024 18.9 / 13.0 / 23.2, 2048 26.2 / 19.5 / 21.7, 3072 33.8 / 26.2 / 25.3,
-# 4096 40.8 / 33.0 / 28.8 (splits folded through global memory then; #19 folds them in
-# distributed shared memory: 3072 20.7, 4096 24.4). M ≤ 16 keeps the weight stream or the
-# mma.sync decode tiles (row-major B at M = 16: 19.1 against 22.7 split).
+# SPLIT_MIN_KTILES k-tiles of K, else (and for grids of fewer tiles, not measured)
+# mma.sync's split-K tiles. H100, f16, µs mma.sync / narrow / split
+# (benchmarks/small_m_matmul.py; docs/perf-log-matmul.md #19): M = 128, K = 1024 18.9 /
+# 13.2 / 12.8, 2048 26.3 / 19.6 / 15.9, 4096 40.6 / 33.0 / 22.4; M = 32, K = 1024 15.0 /
+# 12.9 / 12.2, 2048 18.2 / 19.6 / 16.2. M ≤ 16 keeps the weight stream or the mma.sync
+# decode tiles (row-major B at M = 16: 19.1 against 22.7 split, #18).
 SPLIT_MIN_BLOCKS_PER_SM = 0.2
 SPLIT_MAX_BLOCKS_PER_SM = 0.5
 SPLIT_MIN_M = 16
-SPLIT_MIN_KTILES = 48
-FEW_TILES_MIN_KTILES = 16
+SPLIT_MIN_KTILES = 16
 # Splits per tile: one work item per SM, at most MAX_SPLITS, each at least MIN_SPLIT_KTILES
-# k-tiles. Clusters of 4 or 8 were slower than 2 (#19: M = 128, K = 4096, 2 / 4 / 8 splits
-# 24.4 / 35.1 / 44.2 µs; at K = 16384 69.1 / 89.2 / 88.3), and a cluster's size is a
-# power of two (sizes 3, 5 and 6 gave wrong sums, #19).
+# k-tiles. Clusters of 4 or 8 are slower than 2 at every M = 32-256, K = 2048-16384
+# (#19: M = 128, K = 4096, 2 / 4 / 8 splits 22.4 / 32.2 / 41.5 µs). Forced splits are
+# rounded to a power of two: sizes 3, 5 and 6 gave wrong sums in #19's first version.
 SPLIT_ITEMS_PER_SM = 1
 MAX_SPLITS = 2
 MIN_SPLIT_KTILES = 4
@@ -275,16 +273,13 @@ def choose_tile(m: int, n: int, sms: int, k: int | None = None) -> str | None:
     """The tile class for an M×N output on ``sms`` SMs, or None where the grid would leave
     most SMs idle (mma.sync with split-K serves those shapes better). ``k``: the K of a
     16-bit product, whose grids of a fifth to half a wave of narrow tiles with M > 16 split
-    K where it is long, or run the narrow tile where it is moderate (the constants above;
-    None: no split-K, as for s8)."""
+    K from SPLIT_MIN_KTILES k-tiles (the constants above; None: no split-K, as for s8)."""
     narrow = math.ceil(m / TILES["narrow"][0]) * math.ceil(n / TILES["narrow"][1])
     if (k is not None and m > SPLIT_MIN_M
             and SPLIT_MIN_BLOCKS_PER_SM * sms <= narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms):
         ktiles = -(-k // geometry("f16", "split")[2])
-        if ktiles >= SPLIT_MIN_KTILES:  # then at least 2 splits of MIN_SPLIT_KTILES
+        if ktiles >= SPLIT_MIN_KTILES:  # then 2 splits of at least MIN_SPLIT_KTILES
             return "split"
-        if ktiles >= FEW_TILES_MIN_KTILES:
-            return "narrow"
     for tile, least in (("wide", WIDE_MIN_BLOCKS_PER_SM), ("narrow", NARROW_MIN_BLOCKS_PER_SM)):
         bm, bn = TILES[tile][:2]
         if math.ceil(m / bm) * math.ceil(n / bn) >= least * sms:
