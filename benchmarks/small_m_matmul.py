@@ -8,11 +8,12 @@ Columns (µs per call, ratio cuBLAS / ours in brackets): ``mma`` the mma.sync sp
 (``prefer_wgmma=False``), ``narrow`` the Hopper kernel's 128×128 tile alone, ``split`` its
 split-K tile with the default splits (``matmul_hopper.split_count``), ``public``
 ``kaionb.matmul`` (``matmul_hopper.choose_tile`` picks); the Hopper tiles run through
-their launch plans (``matmul_hopper.launch`` / ``run``), as the public call does. Layout ``nt``: B is the ``w.T``
-view of a row-major [N, K] weight; ``nn``: B row-major [K, N]. Every call is checked first
-(output poisoned with NaN, relative error against a float64 product < 1e-2). Calls rotate
-over enough copies of the operands to exceed 3× the L2 (B comes from HBM, as in a model's
-layer), GPU time as decode_stream_table.py measures it (calls queued behind a sleep).
+their launch plans (``matmul_hopper.launch`` / ``run``), as the public call does. Layout
+``nt``: B is the ``w.T`` view of a row-major [N, K] weight; ``nn``: B row-major [K, N].
+Every call is checked first (output poisoned with NaN, relative error against a float64
+product < 1e-2). Calls rotate over enough copies of the operands to exceed 3× the L2 (B
+comes from HBM, as in a model's layer), GPU time as decode_stream_table.py measures it
+(calls queued behind a sleep).
 """
 
 import argparse

@@ -183,8 +183,9 @@ def test_hopper_matmul_tensor_maps_in_a_graph():
 def test_hopper_split_k_matmul_in_a_graph(monkeypatch):
     """The public matmul on a shape the split tile takes (M = 128 on 32 narrow tiles, K =
     4096: a fifth to half a wave, K split over a cluster per tile, partials folded in
-    distributed shared memory — a cluster launch in the graph): captured, replayed on new values, with
-    eager calls of the same shape through the plan cache in between — the same bits."""
+    distributed shared memory — a cluster launch in the graph): captured, replayed on new
+    values, with eager calls of the same shape through the plan cache in between — the
+    same bits."""
     if kaionb._device.compute_capability() != (9, 0):
         pytest.skip("the wgmma + TMA kernel runs on compute capability 9.0 only")
     from kaionb.kernels import matmul_hopper as mh

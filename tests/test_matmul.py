@@ -281,7 +281,7 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(1024, 1024, 132) == "narrow"  # 64 narrow tiles
     assert mh.choose_tile(1, 4096, 132) is None  # decode: mma.sync with split-K
     assert mh.choose_tile(128, 4096, 132) is None  # no K given (s8): no split tile
-    # 16-bit: few narrow tiles and M > 16 split K, one work item per SM.
+    # 16-bit: few narrow tiles and M > 16 split K, up to MAX_SPLITS work items a tile.
     assert mh.choose_tile(128, 4096, 132, 4096) == "split"
     assert mh.split_count(128, 4096, 4096, 132) == (2, 32)  # 32 tiles × MAX_SPLITS
     assert mh.choose_tile(256, 4096, 132, 4096) == "split"  # 64 narrow tiles: 2 splits
@@ -646,8 +646,8 @@ def test_wgmma_split_k(m, n, k, layout, splits):
 @hopper
 def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
     """The public entries launch the Hopper kernel for a GPU-filling aligned shape, for
-    M > 16 on a fifth to half a wave of narrow tiles the split tile from K = 1024, and
-    the mma.sync kernels otherwise (unaligned rows, M ≤ 16, shorter K)."""
+    M > 16 on a fifth to half a wave of narrow tiles: the split tile from K = 1024; the
+    mma.sync kernels otherwise (unaligned rows, M ≤ 16, shorter K)."""
     launched = []
     real = mh.launch
     monkeypatch.setattr(mh, "launch",

@@ -816,7 +816,8 @@ def matmul(a, b, *, out=None, dtype=None, precision: str = DEFAULT_PRECISION) ->
     one pass (10-bit mantissas: relative error ~1e-3, about 3× faster). On compute
     capability 9.0, 16-bit operands with 16-byte aligned rows run a wgmma + TMA kernel
     when the output fills the GPU, and for M > 16 with K ≥ 1024 on smaller grids of at
-    least a fifth of the GPU (K split in two); elsewhere mma.sync. Results are the same bits from run to run.
+    least a fifth of the GPU (K split in two); elsewhere mma.sync. Results are the same
+    bits from run to run.
 
     Recorded on the active ``kaionb.grad.Tape`` when an input requires a gradient
     (dA = dC·Bᵀ, dB = Aᵀ·dC, float32 gradients).

@@ -15,12 +15,12 @@ CTA by multicast, two consumer warpgroups run wgmma from it (56 / 224 registers 
 ``setmaxnreg``), persistent over the tiles; its epilogue stores 16-bit outputs through
 the staged TMA store and f32 outputs straight from registers.
 
-Grids of few tiles with M > 16 (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs)
-and K ≥ 1024 take the "split" tile (:func:`choose_tile`): the narrow tile with K split
-over the CTAs of a cluster, one (tile, split) work
-item per CTA (``helpers.wgmma_pipeline``'s split-K schedule); the splits add their f32
-partials in distributed shared memory, in split order (the same bits every run), each
-storing its share of the tile's rows. Same operands, layouts and outputs as the others.
+Grids of few tiles with M > 16 (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs) and K
+≥ 1024 take the "split" tile (:func:`choose_tile`): the narrow tile with K split over the
+CTAs of a cluster, one (tile, split) work item per CTA (``helpers.wgmma_pipeline``'s
+split-K schedule); the splits add their f32 partials in distributed shared memory, in
+split order (the same bits every run), each storing its share of the tile's rows. Same
+operands, layouts and outputs as the others.
 
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
@@ -99,7 +99,7 @@ SPLIT_MIN_KTILES = 16
 # Splits per tile: one work item per SM, at most MAX_SPLITS, each at least MIN_SPLIT_KTILES
 # k-tiles. Clusters of 4 or 8 are slower than 2 at every M = 32-256, K = 2048-16384
 # (#19: M = 128, K = 4096, 2 / 4 / 8 splits 22.4 / 32.2 / 41.5 µs). Forced splits are
-# rounded to a power of two: sizes 3, 5 and 6 gave wrong sums in #19's first version.
+# rounded to a power of two, the sizes measured on the GPU (#19).
 SPLIT_ITEMS_PER_SM = 1
 MAX_SPLITS = 2
 MIN_SPLIT_KTILES = 4
@@ -278,7 +278,7 @@ def choose_tile(m: int, n: int, sms: int, k: int | None = None) -> str | None:
     if (k is not None and m > SPLIT_MIN_M
             and SPLIT_MIN_BLOCKS_PER_SM * sms <= narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms):
         ktiles = -(-k // geometry("f16", "split")[2])
-        if ktiles >= SPLIT_MIN_KTILES:  # then 2 splits of at least MIN_SPLIT_KTILES
+        if ktiles >= SPLIT_MIN_KTILES:  # up to MAX_SPLITS splits of MIN_SPLIT_KTILES
             return "split"
     for tile, least in (("wide", WIDE_MIN_BLOCKS_PER_SM), ("narrow", NARROW_MIN_BLOCKS_PER_SM)):
         bm, bn = TILES[tile][:2]

@@ -1,4 +1,5 @@
-"""Hopper (sm_90) thread-block clusters: rank and cluster index, cluster barrier, remote mbarrier arrive,
+"""Hopper (sm_90) thread-block clusters: rank and cluster index, cluster barrier, remote
+mbarrier arrive,
 remote shared-memory loads, and TMA multicast.
 
 PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#cluster-of-cooperative-thread-arrays

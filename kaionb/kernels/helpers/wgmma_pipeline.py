@@ -495,7 +495,7 @@ class WgmmaPipeline:
             m0, n0, kt0, nk, split, splits = item(M, N, K, kps)
             rows = (BM + splits - 1) // splits
             first_row = split * rows
-            chunks = (min(first_row + rows, M - m0) - first_row) * FOLD_CHUNKS
+            chunks = (min(first_row + rows, BM, M - m0) - first_row) * FOLD_CHUNKS
             for base in range(ctid, chunks, FOLD_BATCH * CONSUMER_THREADS):
                 at0, to0 = fold_chunk(ring, m0, n0, N, first_row, chunks, base)
                 at1, to1 = fold_chunk(ring, m0, n0, N, first_row, chunks,
@@ -508,11 +508,11 @@ class WgmmaPipeline:
                 v1 = ld_shared_cluster_v4_f32(at1, uint32(0))
                 v2 = ld_shared_cluster_v4_f32(at2, uint32(0))
                 v3 = ld_shared_cluster_v4_f32(at3, uint32(0))
-                for split in range(1, splits):
-                    w0 = ld_shared_cluster_v4_f32(at0, uint32(split))
-                    w1 = ld_shared_cluster_v4_f32(at1, uint32(split))
-                    w2 = ld_shared_cluster_v4_f32(at2, uint32(split))
-                    w3 = ld_shared_cluster_v4_f32(at3, uint32(split))
+                for peer in range(1, splits):
+                    w0 = ld_shared_cluster_v4_f32(at0, uint32(peer))
+                    w1 = ld_shared_cluster_v4_f32(at1, uint32(peer))
+                    w2 = ld_shared_cluster_v4_f32(at2, uint32(peer))
+                    w3 = ld_shared_cluster_v4_f32(at3, uint32(peer))
                     v0 = (v0[0] + w0[0], v0[1] + w0[1], v0[2] + w0[2], v0[3] + w0[3])
                     v1 = (v1[0] + w1[0], v1[1] + w1[1], v1[2] + w1[2], v1[3] + w1[3])
                     v2 = (v2[0] + w2[0], v2[1] + w2[1], v2[2] + w2[2], v2[3] + w2[3])
