@@ -57,8 +57,6 @@ from kaionb.ptx_patches import (
     cluster_id_x,
     cluster_wait,
     cp_async_bulk_commit_group,
-    cvt_rn_bf16x2_f32,
-    cvt_rn_f16x2_f32,
     cp_async_bulk_tensor_2d_global_to_shared,
     cp_async_bulk_tensor_2d_multicast,
     cp_async_bulk_tensor_2d_shared_to_global,
@@ -91,7 +89,7 @@ from kaionb.ptx_patches import (
     wgmma_wait_group,
 )
 
-from .epilogue import OUT_BF16, OUT_F16, OUT_F32
+from .epilogue import OUT_F16, OUT_F32, pack_pair
 
 CONSUMERS = 2  # consumer warpgroups
 THREADS = 128 * (1 + CONSUMERS)
@@ -464,12 +462,9 @@ class WgmmaPipeline:
             """Four f32 values as ``kind`` at element ``offset`` of the output ``out``."""
             if kind == OUT_F32:
                 st_global_v4_f32(out + uint64(offset * 4), v)
-            elif kind == OUT_F16:
-                st_global_v2_u32(out + uint64(offset * 2), (cvt_rn_f16x2_f32(v[0], v[1]),
-                                                            cvt_rn_f16x2_f32(v[2], v[3])))
-            elif kind == OUT_BF16:
-                st_global_v2_u32(out + uint64(offset * 2), (cvt_rn_bf16x2_f32(v[0], v[1]),
-                                                            cvt_rn_bf16x2_f32(v[2], v[3])))
+            else:
+                st_global_v2_u32(out + uint64(offset * 2), (pack_pair(kind, v[0], v[1]),
+                                                            pack_pair(kind, v[2], v[3])))
 
         @device_function
         def fold_chunk(ring, m0, n0, N, first_row, chunks, i):
