@@ -4,7 +4,7 @@ where the shape fills the GPU, else mma.sync) and the mma.sync cp.async kernel o
 same shape, so both paths have a history. The ``_wT`` decode shapes multiply by the
 ``w.T`` view of a row-major [N, K] weight (a linear layer's), which M ≤ 16 runs on the
 weight stream (helpers.weight_stream); M = 64 to 256 at 4096² run the wgmma kernel with
-K split over the SMs (matmul_hopper's "split" tile)."""
+K split over the SMs (matmul_hopper's "split64" / "split" tiles)."""
 
 import numpy as np
 

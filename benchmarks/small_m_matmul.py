@@ -5,8 +5,9 @@ each kernel that could serve the shape and the public call, same tensors, same r
         [--dtype f16] [--layout nt]
 
 Columns (µs per call, ratio cuBLAS / ours in brackets): ``mma`` the mma.sync split-K tiles
-(``prefer_wgmma=False``), ``narrow`` the Hopper kernel's 128×128 tile alone, ``split`` its
-split-K tile with the default splits (``matmul_hopper.split_count``), ``public``
+(``prefer_wgmma=False``), ``narrow`` the Hopper kernel's 128×128 tile alone, ``split`` /
+``split64`` its split-K tiles (128×128 / 128×64) with the default splits
+(``matmul_hopper.split_count``), ``public``
 ``kaionb.matmul`` (``matmul_hopper.choose_tile`` picks); the Hopper tiles run through
 their launch plans (``matmul_hopper.launch`` / ``run``), as the public call does. Layout
 ``nt``: B is the ``w.T`` view of a row-major [N, K] weight; ``nn``: B row-major [K, N].
@@ -27,6 +28,7 @@ from kaionb.kernels import matmul_hopper as mh
 N = 4096
 L2_COPIES_BYTES = 160_000_000
 TOL = 1e-2
+HOPPER_TILES = ("narrow", "split", "split64")  # the Hopper kernel's columns
 
 
 def kernels(a, b, outs, copies, dtype, layout):
@@ -54,8 +56,7 @@ def kernels(a, b, outs, copies, dtype, layout):
                                      N, k, kind)
         return call
 
-    return {"mma": forced(prefer_wgmma=False), "narrow": planned("narrow"),
-            "split": planned("split"),
+    return {"mma": forced(prefer_wgmma=False), **{t: planned(t) for t in HOPPER_TILES},
             "public": lambda i: kaionb.matmul(a[i % copies], b[i % copies],
                                               out=outs[i % copies])}
 

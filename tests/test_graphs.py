@@ -180,12 +180,13 @@ def test_hopper_matmul_tensor_maps_in_a_graph():
         assert_close(out, matmul.matmul_ref(ah, bh), tol=2e-3)
 
 
-def test_hopper_split_k_matmul_in_a_graph(monkeypatch):
-    """The public matmul on a shape the split tile takes (M = 128 on 32 narrow tiles, K =
-    4096: a fifth to half a wave, K split over a cluster per tile, partials folded in
-    distributed shared memory — a cluster launch in the graph): captured, replayed on new
-    values, with eager calls of the same shape through the plan cache in between — the
-    same bits."""
+@pytest.mark.parametrize("m, tile", [(128, "split64"), (256, "split")])
+def test_hopper_split_k_matmul_in_a_graph(monkeypatch, m, tile):
+    """The public matmul on shapes the split tiles take (M = 128 / 256 on 32 / 64 narrow
+    tiles, K = 4096: a fifth to half a wave, K split over a cluster per tile, partials
+    folded in distributed shared memory — a cluster launch in the graph): captured,
+    replayed on new values, with eager calls of the same shape through the plan cache in
+    between — the same bits."""
     if kaionb._device.compute_capability() != (9, 0):
         pytest.skip("the wgmma + TMA kernel runs on compute capability 9.0 only")
     from kaionb.kernels import matmul_hopper as mh
@@ -196,21 +197,21 @@ def test_hopper_split_k_matmul_in_a_graph(monkeypatch):
                         lambda *args, **kw: launched.append(args[1]) or real(*args, **kw))
     matmul._HOPPER_PLANS.clear()
     rng = np.random.default_rng(8)
-    ah, bh = random_array((128, 4096), F16, rng=rng), random_array((4096, 4096), F16, rng=rng)
+    ah, bh = random_array((m, 4096), F16, rng=rng), random_array((4096, 4096), F16, rng=rng)
     a, b = kaionb.asarray(ah), kaionb.asarray(bh)
     with kaionb.graph() as g:
         c = kaionb.matmul(a, b)
-    assert launched == ["split"]
+    assert launched == [tile]
     g.replay()
     for _ in range(3):
-        ah = random_array((128, 4096), F16, rng=rng)
+        ah = random_array((m, 4096), F16, rng=rng)
         _write(a, ah)
         c.fill(np.nan)
         g.replay()
         eager = kaionb.matmul(a, b)
         assert_close(c, matmul.matmul_ref(ah, bh), tol=2e-3)
         assert eager.get().tobytes() == c.get().tobytes()
-    assert launched == ["split"] and len(matmul._HOPPER_PLANS) == 1  # eager: the cached plan
+    assert launched == [tile] and len(matmul._HOPPER_PLANS) == 1  # eager: the cached plan
 
 
 # -- what cannot be captured, and bad streams ---------------------------------------------------

@@ -281,23 +281,26 @@ def test_wgmma_tile_choice():
     assert mh.choose_tile(1024, 1024, 132) == "narrow"  # 64 narrow tiles
     assert mh.choose_tile(1, 4096, 132) is None  # decode: mma.sync with split-K
     assert mh.choose_tile(128, 4096, 132) is None  # no K given (s8): no split tile
-    # 16-bit: few narrow tiles and M > 16 split K, up to MAX_SPLITS work items a tile.
-    assert mh.choose_tile(128, 4096, 132, 4096) == "split"
+    # 16-bit: few narrow tiles and M > 16 split K, up to MAX_SPLITS work items a tile:
+    # 128×64 tiles while two splits of each fit one wave, else 128×128.
+    assert mh.choose_tile(128, 4096, 132, 4096) == "split64"
+    assert mh.split_count(128, 4096, 4096, 132, tile="split64") == (2, 32)  # 64 tiles × 2
     assert mh.split_count(128, 4096, 4096, 132) == (2, 32)  # 32 tiles × MAX_SPLITS
-    assert mh.choose_tile(256, 4096, 132, 4096) == "split"  # 64 narrow tiles: 2 splits
+    assert mh.choose_tile(256, 4096, 132, 4096) == "split"  # 128 tiles of 128×64: 1 wave
     assert mh.split_count(256, 4096, 4096, 132) == (2, 32)
     assert mh.choose_tile(512, 4096, 132, 4096) == "narrow"
     assert mh.choose_tile(16, 4096, 132, 4096) is None  # M ≤ 16: stream or decode tiles
-    assert mh.choose_tile(17, 4096, 132, 4096) == "split"
-    assert mh.choose_tile(128, 4096, 132, 3072) == "split"
+    assert mh.choose_tile(17, 4096, 132, 4096) == "split64"
+    assert mh.choose_tile(128, 4096, 132, 3072) == "split64"
+    assert mh.choose_tile(128, 4288, 132, 4096) == "split"  # 67 tiles of 128×64
     # From K = 1024 split; shorter K: mma.sync's split-K tiles.
-    assert mh.choose_tile(128, 4096, 132, 2048) == "split"
-    assert mh.choose_tile(32, 4096, 132, 1024) == "split"
+    assert mh.choose_tile(128, 4096, 132, 2048) == "split64"
+    assert mh.choose_tile(32, 4096, 132, 1024) == "split64"
     assert mh.choose_tile(128, 4096, 132, 960) is None  # 15 k-tiles
     assert mh.choose_tile(64, 64, 132, 64) is None
     # Fewer than a fifth of a wave of narrow tiles (not measured): mma.sync.
     assert mh.choose_tile(64, 2048, 132, 8192) is None  # 16 narrow tiles
-    assert mh.choose_tile(64, 3456, 132, 8192) == "split"  # 27 narrow tiles
+    assert mh.choose_tile(64, 3456, 132, 8192) == "split64"  # 27 narrow tiles
     # Forced splits (a cluster): a power of two up to 8, at most one per k-tile, at least 1.
     assert mh.split_count(64, 4096, 4096, 132, splits=1000) == (8, 8)
     assert mh.split_count(64, 4096, 4096, 132, splits=3) == (2, 32)
@@ -623,17 +626,18 @@ def test_wgmma_bit_identical_repeats():
 
 @gpu
 @hopper
+@pytest.mark.parametrize("tile", mh.SPLIT_TILES)
 @pytest.mark.parametrize("splits", [None, 1, 2, 3, 4, 8, 1000])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("m, n, k", [(8, 264, 4040), (72, 1032, 1000), (200, 520, 8200)])
-def test_wgmma_split_k(m, n, k, layout, splits):
-    """The split tile for every cluster of splits (3: rounded down to 2; 1000: to 8), K
-    not a multiple of the k-tile, M inside one tile or across two: float32 and 16-bit
-    outputs match float64, and repeats give the same bits (the fold adds in split
-    order)."""
+def test_wgmma_split_k(m, n, k, layout, splits, tile):
+    """Each split tile for every cluster of splits (3: rounded down to 2; 1000: to 8), K
+    not a multiple of the k-tile, M inside one tile or across two, N not a multiple of
+    the tile's: float32 and 16-bit outputs match float64, and repeats give the same bits
+    (the fold adds in split order)."""
     fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(F16,), loads="wgmma", out=out,
-                                           tile="split", splits=splits)
-    fwd.__name__ = f"matmul_fwd[wgmma,split,{splits}]"
+                                           tile=tile, splits=splits)
+    fwd.__name__ = f"matmul_fwd[wgmma,{tile},{splits}]"
     rng = np.random.default_rng(m + k)
     da, db, first = check_matmul(fwd, m, n, k, F16, layout, rng=rng)
     again = poisoned((m, n), np.float32)
@@ -663,7 +667,8 @@ def test_dispatcher_picks_wgmma_on_hopper(monkeypatch):
     check_matmul(mm.matmul, 64, 4096, 520, F16, "nn")  # 32 narrow tiles, short K: mma.sync
     check_matmul(mm.matmul, 64, 4096, 1032, F16, "nn")  # from K = 1024: split
     check_matmul(mm.matmul, 64, 4096, 3080, F16, "nn")
-    assert launched == ["wide"] * 3 + ["split", "split"]
+    check_matmul(mm.matmul, 256, 4096, 1032, F16, "nn")  # 128×64 tiles: 1 wave unsplit
+    assert launched == ["wide"] * 3 + ["split64", "split64", "split"]
 
 
 @gpu

@@ -7,8 +7,8 @@ Two kernel families serve it. On compute capability 9.0, 16-bit operands of one 
 each (a batch over a shared B folds into one) run the wgmma kernel of
 :mod:`.matmul_hopper` wherever its TMA loads can (16-byte aligned rows) and the output
 fills at least ~half the GPU with 128×128 tiles — or, for M > 16 and a fifth to half of
-that, from K = 1024 with K split in two over a cluster (its "split" tile;
-``matmul_hopper.choose_tile``). Everything else runs the ``mma.sync``
+that, from K = 1024 with K split in two over a cluster (its "split" tiles, 128×64 or
+128×128; ``matmul_hopper.choose_tile``). Everything else runs the ``mma.sync``
 kernels below, built from :mod:`.helpers.mma_pipeline` (PTX ISA:
 https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-mma;
 design as CUTLASS's sm80 GEMM): f16/bf16 m16n8k16 or, for float32 inputs, tf32 m16n8k8 —

@@ -16,11 +16,13 @@ CTA by multicast, two consumer warpgroups run wgmma from it (56 / 224 registers 
 the staged TMA store and f32 outputs straight from registers.
 
 Grids of few tiles with M > 16 (M ≤ 256 at N = 4096: 32-64 narrow tiles for 132 SMs) and K
-≥ 1024 take the "split" tile (:func:`choose_tile`): the narrow tile with K split over the
+≥ 1024 take a split tile (:func:`choose_tile`): 128×64 ("split64", while two splits of each
+fit one wave: M ≤ 128 at N = 4096) or the narrow 128×128 ("split"), with K split over the
 CTAs of a cluster, one (tile, split) work item per CTA (``helpers.wgmma_pipeline``'s
 split-K schedule); the splits add their f32 partials in distributed shared memory, in
-split order (the same bits every run), each storing its share of the tile's rows. Same
-operands, layouts and outputs as the others.
+split order (the same bits every run), each storing its share of the tile's rows. The
+128×64 tile's consumers (m64n64, 32 accumulators) keep the 80 registers ptxas gives the
+kernel: no ``setmaxnreg``. Same operands, layouts and outputs as the others.
 
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
@@ -69,13 +71,17 @@ from .launch import kernel
 # 64×256 (m64n256k16, 128 f32 accumulators per thread), 4 stages of 48 KB; narrow:
 # 128×128 (m64n128k16), 6 stages of 32 KB, for grids the wide tile leaves under one wave;
 # split: the narrow tile with K split over a cluster's CTAs (16-bit operands), for grids of
-# fewer tiles.
+# fewer tiles; split64: 128×64 (m64n64k16), 9 stages of 24 KB, where two splits of it
+# still fit one wave (twice the CTAs of split's, each streaming half the B tile; the split
+# tiles store from registers, so they reserve no staging buffers). 7 stages for split
+# (the staging's room) were no faster than 6 (M = 256, K = 4096: 24.9 vs 24.5 µs, #20).
 TILES = {
     "wide": (128, 256, 64, 4),
     "narrow": (128, 128, 64, 6),
+    "split": (128, 128, 64, 6),
+    "split64": (128, 64, 64, 9),
 }
-TILES["split"] = TILES["narrow"]
-SPLIT_TILES = ("split",)
+SPLIT_TILES = ("split", "split64")
 # Register split (setmaxnreg) of the 168 per thread a 384-thread block starts with:
 # 128 × 56 + 256 × 224 = 384 × 168.
 PRODUCER_REGISTERS = 56
@@ -134,6 +140,10 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     barrier each adds its share of the tile's rows over the splits, in split order (the
     same bits whichever split finished first), and stores them from registers."""
     SPLIT_K = tile in SPLIT_TILES
+    # m64n64 (split64: 32 accumulators a consumer thread) needs no register split: ptxas
+    # sizes that kernel at 80 registers, and setmaxnreg.inc could then wait for registers
+    # the block was never given.
+    REGISTER_SPLIT = geometry(dtype, tile)[1] > 64
     pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, geometry(dtype, tile), SPLIT_K)
     ACC = pipe.ACC
     INTEGER, store_scaled = pipe.integer, pipe.store_scaled
@@ -183,14 +193,16 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
         # Each role computes its schedule after setmaxnreg: values live across the split
         # would have to fit the producer's few registers.
         if warpgroup == 0:
-            setmaxnreg_dec(PRODUCER_REGISTERS)  # the producer's registers go to consumers
+            if REGISTER_SPLIT:
+                setmaxnreg_dec(PRODUCER_REGISTERS)  # the producer's registers go to consumers
             if tid < 32:
                 produce(ring, full, empty, tmap_a, tmap_b, M, N, K, kps)
             if SPLIT_K:  # the consumers' barrier below (they fold, inside their role)
                 cluster_arrive()
                 cluster_wait()
         else:
-            setmaxnreg_inc(CONSUMER_REGISTERS)
+            if REGISTER_SPLIT:
+                setmaxnreg_inc(CONSUMER_REGISTERS)
             consumer = warpgroup - 1
             a_desc, b_desc = descriptors(ring, consumer)
             row = consumer * 64 + 16 * (tid // 32 % 4) + lane // 4  # of the tile
@@ -251,13 +263,13 @@ _KERNELS = {
 
 
 def split_count(m: int, n: int, k: int, ctas: int, dtype: str = "f16",
-                splits: int | None = None) -> tuple:
+                splits: int | None = None, tile: str = "split") -> tuple:
     """(splits, k-tiles per split) of the split tile for an M×N×K product on a grid of at
     most ``ctas`` CTAs: SPLIT_ITEMS_PER_SM work items per CTA, at most MAX_SPLITS, each
     split at least MIN_SPLIT_KTILES k-tiles — or ``splits`` (tests, benchmarks), at most
     the portable cluster size 8 and one per k-tile. The splits make a cluster: a power of
     two (rounded down), as many as there are non-empty splits; the last may be shorter."""
-    bm, bn, bk, _ = geometry(dtype, "split")
+    bm, bn, bk, _ = geometry(dtype, tile)
     n_ktiles = -(-k // bk)
     if splits is None:
         tiles = -(-m // bm) * -(-n // bn)
@@ -273,12 +285,16 @@ def choose_tile(m: int, n: int, sms: int, k: int | None = None) -> str | None:
     """The tile class for an M×N output on ``sms`` SMs, or None where the grid would leave
     most SMs idle (mma.sync with split-K serves those shapes better). ``k``: the K of a
     16-bit product, whose grids of a fifth to half a wave of narrow tiles with M > 16 split
-    K from SPLIT_MIN_KTILES k-tiles (the constants above; None: no split-K, as for s8)."""
+    K from SPLIT_MIN_KTILES k-tiles (the constants above; None: no split-K, as for s8):
+    in 128×64 tiles where MAX_SPLITS splits of them fit one wave, else in 128×128."""
     narrow = math.ceil(m / TILES["narrow"][0]) * math.ceil(n / TILES["narrow"][1])
     if (k is not None and m > SPLIT_MIN_M
             and SPLIT_MIN_BLOCKS_PER_SM * sms <= narrow <= SPLIT_MAX_BLOCKS_PER_SM * sms):
         ktiles = -(-k // geometry("f16", "split")[2])
         if ktiles >= SPLIT_MIN_KTILES:  # up to MAX_SPLITS splits of MIN_SPLIT_KTILES
+            bm, bn = TILES["split64"][:2]
+            if MAX_SPLITS * math.ceil(m / bm) * math.ceil(n / bn) <= sms:
+                return "split64"
             return "split"
     for tile, least in (("wide", WIDE_MIN_BLOCKS_PER_SM), ("narrow", NARROW_MIN_BLOCKS_PER_SM)):
         bm, bn = TILES[tile][:2]
@@ -325,7 +341,7 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     most = compiled.max_active_clusters(CLUSTER, THREADS, shared) * CLUSTER_M
     kps, cluster = 0, CLUSTER
     if tile in SPLIT_TILES:  # one CTA per (tile, split), a cluster per tile
-        splits, kps = split_count(m, n, k, most, dtype, splits)
+        splits, kps = split_count(m, n, k, most, dtype, splits, tile)
         grid = -(-m // bm) * -(-n // bn) * splits
         cluster = (splits, 1, 1)
     else:

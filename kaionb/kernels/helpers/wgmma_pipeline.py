@@ -80,6 +80,8 @@ from kaionb.ptx_patches import (
     st_shared_accumulator_swizzled,
     wgmma_commit_group,
     wgmma_fence,
+    wgmma_m64n64k16_f32_bf16,
+    wgmma_m64n64k16_f32_f16,
     wgmma_m64n128k16_f32_bf16,
     wgmma_m64n128k16_f32_f16,
     wgmma_m64n256k16_f32_bf16,
@@ -109,6 +111,8 @@ CONSUMER_BARRIER = 1  # the named barrier of the consumer warpgroups
 # (operand, N) -> the m64nN instruction of one 32-byte k-step: k16 with f32 accumulators
 # for 16-bit operands, k32 with s32 accumulators for s8.
 WGMMA = {
+    ("f16", 64): wgmma_m64n64k16_f32_f16,
+    ("bf16", 64): wgmma_m64n64k16_f32_bf16,
     ("f16", 128): wgmma_m64n128k16_f32_f16,
     ("f16", 256): wgmma_m64n256k16_f32_f16,
     ("bf16", 128): wgmma_m64n128k16_f32_bf16,
@@ -200,11 +204,12 @@ class WgmmaPipeline:
         WG_A_OFFSET = 64 * LINE  # consumer 1's rows: 64 rows on (K-major) or box 1 (M-major)
         # The 16-bit C staging buffers: consumer w's 64 rows × STAGED_COLS columns at a
         # time (2 swizzled boxes of 64×64, 16 KB; a whole 64×256 half would leave room for
-        # 3 stages only, and the 4th stage is worth more).
+        # 3 stages only, and the 4th stage is worth more). Split-K stores from registers
+        # after its fold: no staging, the room goes to the ring.
         STAGING = STAGES * STAGE_BYTES
         C_BOX_BYTES = 64 * LINE
-        C_BUFFER_BYTES = STAGED_COLS // BOX_INNER * C_BOX_BYTES
-        PARTS = BN // STAGED_COLS
+        C_BUFFER_BYTES = 0 if SPLIT_K else STAGED_COLS // BOX_INNER * C_BOX_BYTES
+        PARTS = max(1, BN // STAGED_COLS)
         BARRIERS = STAGING + CONSUMERS * C_BUFFER_BYTES
         SHARED_BYTES = ATOM + BARRIERS + 2 * STAGES * 8  # + alignment slack for the ring
         ACC = BN // 2  # f32 accumulators per consumer thread
@@ -221,6 +226,9 @@ class WgmmaPipeline:
             raise ValueError("wgmma_pipeline: the consumer loop is written for 4 k-steps")
         if PARTS > 2:
             raise ValueError(f"wgmma_pipeline: BN up to {2 * STAGED_COLS}")
+        if BN % STAGED_COLS and not SPLIT_K:
+            raise ValueError(f"wgmma_pipeline: BN a multiple of {STAGED_COLS} (staged "
+                             "16-bit stores); split-K also takes 64")
         # Split-K's fold (:meth:`stage_partial`, :meth:`fold_partials`): each split's f32
         # partial, row-major at the ring's start, rows padded by 8 floats (the 4 rows of a
         # half-warp's 8-byte stores then start 8 banks apart: no conflicts).
