@@ -62,6 +62,7 @@ from .helpers.wgmma_pipeline import (
     CONSUMER_THREADS,
     ELEMENT_BYTES,
     THREADS,
+    a_box_rows,
     wgmma_pipeline,
 )
 from .launch import kernel
@@ -336,7 +337,7 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     bm, bn, bk, _ = geometry(dtype, tile)
     compiled = _KERNELS[(dtype, a_kmajor, b_kmajor, tile)][0]
     shared = compiled.kdef.max_dynamic_shared_bytes
-    tmap_a = tensor_map_2d(sa, lda, bm if a_kmajor else bk)
+    tmap_a = tensor_map_2d(sa, lda, a_box_rows(m, bm) if a_kmajor else bk)
     tmap_b = tensor_map_2d(sb, ldb, bn // CLUSTER_M if b_kmajor else bk)
     most = compiled.max_active_clusters(CLUSTER, THREADS, shared) * CLUSTER_M
     kps, cluster = 0, CLUSTER

@@ -132,6 +132,18 @@ class Tile(NamedTuple):
     STAGES: int
 
 
+def a_box_rows(m: int, bm: int) -> int:
+    """Rows of a K-major A's TMA box for an M×K A and BM-row tiles: BM, or M rounded up
+    to 8 rows where M < BM. Rows a box does not load keep stale bytes in the stage; they
+    only reach accumulator rows past M, which nothing stores. A box past M's end would be
+    zero-filled by TMA instead, and that is slower than a load (H100, 128×64 split tile,
+    K = 4096: M = 32 26.1 µs against M = 128 20.3; docs/perf-log-matmul.md #20)."""
+    return min(bm, (m + 7) // 8 * 8)
+
+
+a_box_rows_device = device_function(a_box_rows)
+
+
 @device_function
 def tile_schedule(M, N, K, BM, BN, BK):
     """(tiles_m, tiles_n, cluster tiles, this cluster's first tile, clusters in the grid,
@@ -283,20 +295,30 @@ class WgmmaPipeline:
             return split_item(M, N, K, kps, BM, BN, BK)
 
         @device_function
-        def load_stage(ring, full, s, tmap_a, tmap_b, m0, n0, k, rank):
-            """Lane 0 of the producer: stage ``s`` of the ring gets A's tile at (m0, k) and
-            B's at (k, n0) — this CTA's part of B, multicast to the cluster, or (split-K)
-            the whole of it."""
+        def a_stage_bytes(M, m0):
+            """Bytes of A a stage of the tile at row m0 receives: the K-major box's rows
+            (:func:`a_box_rows`), or the M-major boxes that start before M."""
+            if a_kmajor:
+                return a_box_rows_device(M, BM) * LINE
+            boxes = min(BM // BOX_INNER, max(0, (M - m0 + BOX_INNER - 1) // BOX_INNER))
+            return boxes * BOX_BYTES
+
+        @device_function
+        def load_stage(ring, full, s, tmap_a, tmap_b, M, m0, n0, k, rank):
+            """Lane 0 of the producer: stage ``s`` of the ring gets A's tile at (m0, k) —
+            the rows up to M a box holds — and B's at (k, n0): this CTA's part of B,
+            multicast to the cluster, or (split-K) the whole of it."""
             bar = full + 8 * s
-            mbarrier_arrive_expect_tx(bar, STAGE_BYTES)
+            mbarrier_arrive_expect_tx(bar, a_stage_bytes(M, m0) + B_BYTES)
             a_dst = ring + s * STAGE_BYTES
             b_dst = a_dst + A_BYTES
             if a_kmajor:
                 cp_async_bulk_tensor_2d_global_to_shared(a_dst, tmap_a, k, m0, bar)
             else:
                 for i in range(BM // BOX_INNER):
-                    cp_async_bulk_tensor_2d_global_to_shared(
-                        a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k, bar)
+                    if m0 + i * BOX_INNER < M:
+                        cp_async_bulk_tensor_2d_global_to_shared(
+                            a_dst + i * BOX_BYTES, tmap_a, m0 + i * BOX_INNER, k, bar)
             if SPLIT_K:
                 if b_kmajor:
                     for r in range(CLUSTER_M):
@@ -318,7 +340,7 @@ class WgmmaPipeline:
                         CLUSTER_MASK)
 
         @device_function
-        def produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, kt0, nk, rank, step,
+        def produce_steps(ring, full, empty, tmap_a, tmap_b, M, m0, n0, kt0, nk, rank, step,
                           lane):
             """The ``nk`` K-steps from k-tile ``kt0`` of the tile at (m0, n0), each into
             the next stage once its consumers released it; returns ``step``."""
@@ -327,7 +349,7 @@ class WgmmaPipeline:
                 if step >= STAGES:  # every consumer of the stage released it
                     mbarrier_wait(empty + 8 * s, (step // STAGES - 1) & 1)
                 if lane == 0:
-                    load_stage(ring, full, s, tmap_a, tmap_b, m0, n0, kt * BK, rank)
+                    load_stage(ring, full, s, tmap_a, tmap_b, M, m0, n0, kt * BK, rank)
                 step += 1
             return step
 
@@ -345,14 +367,14 @@ class WgmmaPipeline:
             step = int32(0)
             if SPLIT_K:
                 m0, n0, kt0, nk, _, _ = item(M, N, K, kps)
-                produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, kt0, nk, int32(0),
+                produce_steps(ring, full, empty, tmap_a, tmap_b, M, m0, n0, kt0, nk, int32(0),
                               step, lane)
             else:
                 tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = (
                     schedule(M, N, K))
                 for t in range(first_tile, cluster_tiles, clusters):
                     m0, n0 = origin(t, tiles_m, tiles_n, rank)
-                    step = produce_steps(ring, full, empty, tmap_a, tmap_b, m0, n0, 0,
+                    step = produce_steps(ring, full, empty, tmap_a, tmap_b, M, m0, n0, 0,
                                          n_ktiles, rank, step, lane)
 
         @device_function
