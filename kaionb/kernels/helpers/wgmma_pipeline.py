@@ -136,8 +136,9 @@ def a_box_rows(m: int, bm: int) -> int:
     """Rows of a K-major A's TMA box for an M×K A and BM-row tiles: BM, or M rounded up
     to 8 rows where M < BM. Rows a box does not load keep stale bytes in the stage; they
     only reach accumulator rows past M, which nothing stores. A box past M's end would be
-    zero-filled by TMA instead, and that is slower than a load (H100, 128×64 split tile,
-    K = 4096: M = 32 26.1 µs against M = 128 20.3; docs/perf-log-matmul.md #20)."""
+    zero-filled by TMA instead, which costs more than loading them (H100, 128×64 split
+    tile, N = K = 4096: M = 32 26.1 → 19.4 µs, M = 64 23.6 → 19.8, while M = 128 takes
+    20.2; docs/perf-log-matmul.md #20)."""
     return min(bm, (m + 7) // 8 * 8)
 
 
