@@ -23,7 +23,8 @@ groups=(
   "tests/test_array_api.py"
   "tests/test_reductions.py::test_every_op_and_dtype"
   "tests/test_reductions.py::test_columns_read_in_words"
-  "tests/test_reductions.py --deselect tests/test_reductions.py::test_every_op_and_dtype --deselect tests/test_reductions.py::test_columns_read_in_words"
+  "tests/test_reductions.py::test_axis_cases tests/test_reductions.py::test_non_contiguous_views"
+  "tests/test_reductions.py --deselect tests/test_reductions.py::test_every_op_and_dtype --deselect tests/test_reductions.py::test_columns_read_in_words --deselect tests/test_reductions.py::test_axis_cases --deselect tests/test_reductions.py::test_non_contiguous_views"
   "tests/test_determinism.py tests/test_soak.py"
   "tests/test_fuzz_ops.py tests/test_fuzz_host.py"
 )
