@@ -342,7 +342,12 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     most = compiled.max_active_clusters(CLUSTER, THREADS, shared) * CLUSTER_M
     kps, cluster = 0, CLUSTER
     if tile in SPLIT_TILES:  # one CTA per (tile, split), a cluster per tile
-        splits, kps = split_count(m, n, k, most, dtype, splits, tile)
+        given, (splits, kps) = splits, split_count(m, n, k, most, dtype, splits, tile)
+        if tile == "split64" and given is None and splits < MAX_SPLITS:
+            # choose_tile counted SMs; fewer CTAs fit at once (clusters, MPS): the
+            # 128×128 tiles keep their splits where 128×64 ones would lose theirs.
+            return launch(dtype, "split", sa, lda, a_kmajor, sb, ldb, b_kmajor, out, m, n, k,
+                          kind, shape, dequant)
         grid = -(-m // bm) * -(-n // bn) * splits
         cluster = (splits, 1, 1)
     else:

@@ -16,7 +16,8 @@ of GROUP_ROWS cluster rows so a wave's A and B panels stay in L2):
                every consumer of the cluster released it (``empty`` mbarrier), with the
                byte count on the ``full`` mbarrier. A is the CTA's own; B is shared by the
                cluster (same N tile, neighbouring M tiles): each CTA loads 1/CLUSTER_M of
-               it and multicasts it to all. TMA zero-fills what lies past the matrix.
+               it and multicasts it to all. TMA zero-fills what lies past the matrix,
+               except A's rows past M, which a box does not load (:func:`a_box_rows`).
     consumers  warpgroups 1..CONSUMERS (:meth:`consume_tile`), 64 rows of the tile each:
                wait ``full``, run BK·size/32 wgmma k-steps on the stage (descriptors into
                the 128-byte swizzled tiles), commit, and release the *previous* stage in
@@ -189,8 +190,9 @@ def tile_origin(t, tiles_m, tiles_n, rank, BM, BN):
 class WgmmaPipeline:
     """Compile-time geometry and device functions of one pipeline variant (module doc).
 
-    Shared memory (``SHARED_BYTES``, dynamic): the ring, the 16-bit C staging buffers,
-    then full[STAGES] and empty[STAGES] mbarriers; :meth:`layout` places them.
+    Shared memory (``SHARED_BYTES``, dynamic): the ring, the 16-bit C staging buffers
+    (none for split-K), then full[STAGES] and empty[STAGES] mbarriers; :meth:`layout`
+    places them.
     """
 
     def __init__(self, operand: str, a_kmajor: bool, b_kmajor: bool, tile: Tile,
@@ -555,7 +557,8 @@ class WgmmaPipeline:
         @device_function
         def staging(ring, consumer, row, col):
             """(buffer, this thread's row address in it, the row's swizzle XOR) of the
-            consumer's 16-bit staging buffer for tile row ``row``, column ``col``."""
+            consumer's 16-bit staging buffer for tile row ``row``, column ``col``. Split-K
+            has no staging buffer: its address is then the mbarriers', not to be written."""
             buffer = ring + STAGING + consumer * C_BUFFER_BYTES
             return buffer, buffer + (row % 64) * LINE + 2 * col, (row % 8) * 16
 
