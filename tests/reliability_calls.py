@@ -183,7 +183,7 @@ def _matmul_wgmma(dtype, a_kmajor, b_kmajor, tile):
         def call():
             out.fill(np.nan)
             mm.matmul_fwd("matmul", a, b, loads="wgmma", tile=tile, out=out,
-                          splits=3 if split else None)
+                          splits=2 if split else None)
             unwritten = int(np.isnan(out.get().astype(F32)).sum())
             if unwritten:
                 raise AssertionError(f"{tile} wgmma matmul left {unwritten} elements unwritten")

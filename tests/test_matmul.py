@@ -44,6 +44,7 @@ LAYOUTS = ["nn", "nt", "tn", "tt"]
 # storage row length (K, N, and M for transposed A) a multiple of 8, none of a tile's.
 WGMMA_SHAPES = [
     (8, 8, 8),
+    (45, 1032, 520),  # M % 8 != 0: A's K-major box holds 48 rows (wgmma_pipeline.a_box_rows)
     (136, 264, 520),
     (1000, 1032, 1048),
     (256, 512, 64),
@@ -301,13 +302,14 @@ def test_wgmma_tile_choice():
     # Fewer than a fifth of a wave of narrow tiles (not measured): mma.sync.
     assert mh.choose_tile(64, 2048, 132, 8192) is None  # 16 narrow tiles
     assert mh.choose_tile(64, 3456, 132, 8192) == "split64"  # 27 narrow tiles
-    # Forced splits (a cluster): a power of two up to 8, at most one per k-tile, at least 1.
-    assert mh.split_count(64, 4096, 4096, 132, splits=1000) == (8, 8)
+    # Forced splits (a cluster): at most MAX_SPLITS (the exchange's pair), at most one per
+    # k-tile, at least 1.
+    assert mh.MAX_SPLITS == 2
+    assert mh.split_count(64, 4096, 4096, 132, splits=1000) == (2, 32)
     assert mh.split_count(64, 4096, 4096, 132, splits=3) == (2, 32)
     assert mh.split_count(64, 4096, 4096, 132, splits=0) == (1, 64)
-    assert mh.split_count(64, 4096, 192, 132, splits=8) == (2, 2)  # 3 k-tiles
-    # 17 k-tiles in 8 splits of 3 would leave 6: 4 splits of 5, the last of 2.
-    assert mh.split_count(64, 4096, 1088, 132, splits=8) == (4, 5)
+    assert mh.split_count(64, 4096, 192, 132, splits=8) == (2, 2)  # 3 k-tiles: 2 + 1
+    assert mh.split_count(64, 4096, 64, 132, splits=2) == (1, 1)  # 1 k-tile
     # Splits of at least MIN_SPLIT_KTILES k-tiles, the last one possibly shorter.
     assert mh.split_count(64, 4096, 448, 132) == (1, 7)  # 7 k-tiles
     assert mh.split_count(64, 128, 520, 132) == (2, 5)  # 9 k-tiles: 5 + 4
@@ -315,7 +317,7 @@ def test_wgmma_tile_choice():
                                              (None, 1, 2, 3, 5, 8, 64)):
         got, kps = mh.split_count(m, n, k, 132, splits=splits)
         n_ktiles = -(-k // 64)
-        assert got in (1, 2, 4, 8) and -(-n_ktiles // kps) == got, (m, n, k, splits)
+        assert got in (1, 2) and -(-n_ktiles // kps) == got, (m, n, k, splits)
 
 
 def test_wgmma_plan_cache_host_logic(monkeypatch):
@@ -627,14 +629,16 @@ def test_wgmma_bit_identical_repeats():
 @gpu
 @hopper
 @pytest.mark.parametrize("tile", mh.SPLIT_TILES)
-@pytest.mark.parametrize("splits", [None, 1, 2, 3, 4, 8, 1000])
+@pytest.mark.parametrize("splits", [None, 1, 2, 1000])
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("m, n, k", [(8, 264, 4040), (72, 1032, 1000), (200, 520, 8200)])
+@pytest.mark.parametrize("m, n, k", [(8, 264, 4040), (75, 1032, 1000), (200, 520, 8200),
+                                     (100, 72, 136)])
 def test_wgmma_split_k(m, n, k, layout, splits, tile):
-    """Each split tile for every cluster of splits (3: rounded down to 2; 1000: to 8), K
-    not a multiple of the k-tile, M inside one tile or across two, N not a multiple of
-    the tile's: float32 and 16-bit outputs match float64, and repeats give the same bits
-    (the fold adds in split order)."""
+    """Each split tile with one split and two (1000: capped at MAX_SPLITS = 2), K not a
+    multiple of the k-tile, M inside one tile (M % 8 != 0: A's box cut at 80 / 104 rows)
+    or across two, a consumer's rows all past M (8, 200), N not a multiple of the tile's
+    and with its last tile's second half past N (72): float32 and 16-bit outputs match
+    float64, and repeats give the same bits."""
     fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(F16,), loads="wgmma", out=out,
                                            tile=tile, splits=splits)
     fwd.__name__ = f"matmul_fwd[wgmma,{tile},{splits}]"

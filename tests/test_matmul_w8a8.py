@@ -180,6 +180,32 @@ def test_shapes_with_bias(shape, bias_dtype):
 
 
 @gpu
+@pytest.mark.parametrize("m", [72, 100])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=str)
+def test_hopper_kernel_on_rows_short_of_a_tile(monkeypatch, m, dtype):
+    """64 < M < 128 on an N of 64 narrow tiles runs the Hopper s8 kernel with A's TMA box
+    cut at M rounded up to 8 rows (72 / 104: ``wgmma_pipeline.a_box_rows``, the stage's
+    byte count matching; a mismatch would hang): rows past M hold stale bytes and are
+    never stored."""
+    if kaionb._device.compute_capability() != (9, 0):
+        pytest.skip("the wgmma + TMA kernel runs on compute capability 9.0 only")
+    launched = []
+    real = mm.matmul_hopper.launch
+    monkeypatch.setattr(mm.matmul_hopper, "launch",
+                        lambda *args, **kw: launched.append(args[1]) or real(*args, **kw))
+    mi._HOPPER_PLANS.clear()
+    rng = np.random.default_rng(m)
+    n, k = 8192, 1040
+    a, b, da, db = _case(m, n, k, rng)
+    host_scale, dev_scale = _scales("row, col", (m,), n, rng)
+    out = poisoned((m, n), dtype)
+    kaionb.matmul_int8(da, db, dev_scale, out=out)
+    assert launched == ["narrow"]
+    ref = mi.matmul_int8_ref(a, b, host_scale)
+    assert relative_error(out.get(), ref) < TOL[np.dtype(dtype)]
+
+
+@gpu
 @pytest.mark.parametrize("shape", [(33, 70, 100), (256, 512, 1024)])
 def test_row_major_b_and_batched_a(shape):
     rng = np.random.default_rng(7)

@@ -204,6 +204,32 @@ def k_cluster(u, f):
     f[cuda.threadIdx.x + 1] = v[0] + v[3] + P.cluster_id_x()
 
 
+SEND8 = P.st_async_cluster_f32(8, 2048)
+ADD8 = P.add_shared_f32(8, 2048)
+
+
+def k_exchange(u, f):
+    """The split-K exchange: relaxed start-up arrive, st.async into the peer with
+    complete_tx, a cluster-scope mbarrier wait, the shared add."""
+    bar = cuda.shared.array(1, types.uint64)
+    s = cuda.shared.array(2048, types.float32)
+    b = P.shared_addr(bar, 0)
+    if cuda.threadIdx.x == 0:
+        P.mbarrier_init(b, 1)
+        P.fence_mbarrier_init_cluster()
+    cuda.syncthreads()
+    P.cluster_arrive_relaxed()
+    if cuda.threadIdx.x == 0:
+        P.mbarrier_arrive_expect_tx(b, 4096)
+    P.cluster_wait()
+    v = (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7])
+    at = P.shared_addr(s, 4 * cuda.threadIdx.x)
+    SEND8(at, b, P.cluster_ctarank() ^ 1, v)
+    P.mbarrier_wait_cluster(b, 0)
+    w = ADD8(at, v)
+    f[cuda.threadIdx.x] = w[0] + w[7]
+
+
 def k_mbarrier(u, f):
     bar = cuda.shared.array(1, types.uint64)
     s = cuda.shared.array(64, types.uint32)
@@ -315,6 +341,14 @@ CASES = {
          "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0",
          "cp.async.bulk.wait_group 0", "bar.sync 1, 128", "setmaxnreg.dec.sync.aligned.u32 40",
          "setmaxnreg.inc.sync.aligned.u32 232", "mbarrier.try_wait.parity"],
+        True,
+    ),
+    "exchange": (
+        k_exchange,
+        ["barrier.cluster.arrive.relaxed", "mapa.shared::cluster.u32",
+         "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32",
+         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64", "ld.shared.v4.f32",
+         "add.rn.f32"],
         True,
     ),
     "mbarrier_bulk": (
@@ -860,6 +894,47 @@ def test_wgmma_m64n64k16_vs_numpy(dtype):
     k[1, 128](cuda.to_device(a.view(np.uint16)), cuda.to_device(b.view(np.uint16)), out)
     ref = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(out.copy_to_host(), ref, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.skipif(not _is_sm90(), reason="clusters and st.async need sm_90")
+def test_st_async_exchange_between_cluster_ctas():
+    """The two CTAs of each cluster swap 8 floats a thread with st.async (complete_tx on
+    the receiver's mbarrier, announced before the start-up barrier's wait) and add what
+    they receive: every thread gets x[own] + x[peer] rounded once to f32."""
+    import kaionb
+    from kaionb.kernels.launch import kernel
+
+    @kernel(["void(float32[:, :, :], float32[:, :, :])"], name="_test_st_async_exchange",
+            min_cc=(9, 0), registered=False)
+    def exchange(x, out):
+        bar = cuda.shared.array(1, types.uint64)
+        s = cuda.shared.array(1024, types.float32)  # chunk i of thread t: 16·t + 2048·i
+        b = P.shared_addr(bar, 0)
+        c, t = cuda.blockIdx.x, cuda.threadIdx.x
+        if t == 0:
+            P.mbarrier_init(b, 1)
+            P.fence_mbarrier_init_cluster()
+        cuda.syncthreads()
+        P.cluster_arrive_relaxed()
+        if t == 0:
+            P.mbarrier_arrive_expect_tx(b, 4 * 8 * 128)
+        P.cluster_wait()
+        v = (x[c, t, 0], x[c, t, 1], x[c, t, 2], x[c, t, 3], x[c, t, 4], x[c, t, 5],
+             x[c, t, 6], x[c, t, 7])
+        at = P.shared_addr(s, 4 * t)
+        SEND8(at, b, P.cluster_ctarank() ^ 1, v)
+        P.mbarrier_wait_cluster(b, 0)
+        w = ADD8(at, v)
+        for i in range(8):
+            out[c, t, i] = w[i]
+
+    x = RNG.standard_normal((6, 128, 8)).astype(np.float32)
+    out = kaionb.asarray(np.full(x.shape, np.nan, np.float32))
+    exchange[exchange.signatures[0]]((6,), (128,), (kaionb.asarray(x), out), cluster=(2, 1, 1))
+    peer = x.reshape(3, 2, 128, 8)[:, ::-1].reshape(x.shape)
+    np.testing.assert_array_equal(out.get(), x + peer)
 
 
 @gpu

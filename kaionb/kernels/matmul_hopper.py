@@ -19,10 +19,11 @@ Grids of few tiles with M > 16 (M ≤ 256 at N = 4096: 32-64 narrow tiles for 13
 ≥ 1024 take a split tile (:func:`choose_tile`): 128×64 ("split64", while two splits of each
 fit one wave: M ≤ 128 at N = 4096) or the narrow 128×128 ("split"), with K split over the
 CTAs of a cluster, one (tile, split) work item per CTA (``helpers.wgmma_pipeline``'s
-split-K schedule); the splits add their f32 partials in distributed shared memory, in
-split order (the same bits every run), each storing its share of the tile's rows. The
-128×64 tile's consumers (m64n64, 32 accumulators) keep the 80 registers ptxas gives the
-kernel: no ``setmaxnreg``. Same operands, layouts and outputs as the others.
+split-K schedule); the two splits swap column halves of their f32 partials in distributed
+shared memory (``st.async``), each adding and storing one half (a sum of two: the same
+bits every run). The 128×64 tile's consumers (m64n64, 32 accumulators) keep the 80
+registers ptxas gives the kernel: no ``setmaxnreg``. Same operands, layouts and outputs
+as the others.
 
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
@@ -43,7 +44,6 @@ from .._tensor_map import tensor_map_2d
 from ..ptx_patches import (
     accumulator_zeros,
     accumulator_zeros_s32,
-    bar_sync_threads,
     cluster_arrive,
     cluster_wait,
     cp_async_bulk_wait_group,
@@ -58,9 +58,8 @@ from .helpers.epilogue import SCALE_NONE, SCALE_TENSOR
 from .helpers.wgmma_pipeline import (
     CLUSTER,
     CLUSTER_M,
-    CONSUMER_BARRIER,
-    CONSUMER_THREADS,
     ELEMENT_BYTES,
+    MAX_SPLITS,
     THREADS,
     a_box_rows,
     wgmma_pipeline,
@@ -72,15 +71,16 @@ from .launch import kernel
 # 64×256 (m64n256k16, 128 f32 accumulators per thread), 4 stages of 48 KB; narrow:
 # 128×128 (m64n128k16), 6 stages of 32 KB, for grids the wide tile leaves under one wave;
 # split: the narrow tile with K split over a cluster's CTAs (16-bit operands), for grids of
-# fewer tiles; split64: 128×64 (m64n64k16), 9 stages of 24 KB, where two splits of it
-# still fit one wave (twice the CTAs of split's, each streaming half the B tile; the split
-# tiles store from registers, so they reserve no staging buffers). 7 stages for split
-# (the staging's room) were no faster than 6 (M = 256, K = 4096: 24.9 vs 24.5 µs, #20).
+# fewer tiles; split64: 128×64 (m64n64k16), 8 stages of 24 KB, where two splits of it
+# still fit one wave (twice the CTAs of split's, each streaming half the B tile). The
+# split tiles store from registers: no staging buffers, the exchange's instead (16 / 32
+# KB; split64 had 9 stages before it, #21). 7 stages for split were no faster than 6
+# (M = 256, K = 4096: 24.9 vs 24.5 µs, #20).
 TILES = {
     "wide": (128, 256, 64, 4),
     "narrow": (128, 128, 64, 6),
     "split": (128, 128, 64, 6),
-    "split64": (128, 64, 64, 9),
+    "split64": (128, 64, 64, 8),
 }
 SPLIT_TILES = ("split", "split64")
 # Register split (setmaxnreg) of the 168 per thread a 384-thread block starts with:
@@ -103,12 +103,11 @@ SPLIT_MIN_BLOCKS_PER_SM = 0.2
 SPLIT_MAX_BLOCKS_PER_SM = 0.5
 SPLIT_MIN_M = 16
 SPLIT_MIN_KTILES = 16
-# Splits per tile: one work item per SM, at most MAX_SPLITS, each at least MIN_SPLIT_KTILES
-# k-tiles. Clusters of 4 or 8 are slower than 2 at every M = 32-256, K = 2048-16384
-# (#19: M = 128, K = 4096, 2 / 4 / 8 splits 22.4 / 32.2 / 41.5 µs). Forced splits are
-# rounded to a power of two, the sizes measured on the GPU (#19).
+# Splits per tile: one work item per SM, at most MAX_SPLITS (2, the pipeline's exchange
+# pairs them), each at least MIN_SPLIT_KTILES k-tiles. Clusters of 4 or 8 were slower
+# than 2 at every M = 32-256, K = 2048-16384 (#19: M = 128, K = 4096, 2 / 4 / 8 splits
+# 22.4 / 32.2 / 41.5 µs).
 SPLIT_ITEMS_PER_SM = 1
-MAX_SPLITS = 2
 MIN_SPLIT_KTILES = 4
 
 
@@ -135,11 +134,8 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     address and whether there is one; last, read by the split-K variants only (else 0):
     ``kps``, the k-tiles per split (launched in clusters of the splits).
     The output is row-major M×N with rows of whole 16-byte chunks (N % 8 == 0, 16-byte
-    aligned base): f32 pairs are stored straight from registers, 16-bit tiles through TMA.
-
-    Split-K epilogue: each split stages its partial in its shared memory; after a cluster
-    barrier each adds its share of the tile's rows over the splits, in split order (the
-    same bits whichever split finished first), and stores them from registers."""
+    aligned base): f32 pairs are stored straight from registers, 16-bit tiles through TMA,
+    split-K's sums from registers after the exchange (``exchange_partials``)."""
     SPLIT_K = tile in SPLIT_TILES
     # m64n64 (split64: 32 accumulators a consumer thread) needs no register split: ptxas
     # sizes that kernel at 80 registers, and setmaxnreg.inc could then wait for registers
@@ -153,7 +149,7 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     item = pipe.item
     produce, descriptors, consume_tile = pipe.produce, pipe.descriptors, pipe.consume_tile
     store_direct, store_staged, staging = pipe.store_direct, pipe.store_staged, pipe.staging
-    stage_partial, fold_partials = pipe.stage_partial, pipe.fold_partials
+    exchange_partials = pipe.exchange_partials
     name = f"_matmul_wgmma_fwd_kernel_{dtype}_{'n' if a_kmajor else 't'}" \
            f"{'t' if b_kmajor else 'n'}_{tile}"
 
@@ -198,9 +194,6 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
                 setmaxnreg_dec(PRODUCER_REGISTERS)  # the producer's registers go to consumers
             if tid < 32:
                 produce(ring, full, empty, tmap_a, tmap_b, M, N, K, kps)
-            if SPLIT_K:  # the consumers' barrier below (they fold, inside their role)
-                cluster_arrive()
-                cluster_wait()
         else:
             if REGISTER_SPLIT:
                 setmaxnreg_inc(CONSUMER_REGISTERS)
@@ -215,12 +208,8 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
             if SPLIT_K:
                 nk = item(M, N, K, kps)[3]
                 acc, step = consume_tile(a_desc, b_desc, full, empty, step, nk, acc)
-                # Both consumers' last wgmma read the ring before it holds the partial.
-                bar_sync_threads(CONSUMER_BARRIER, CONSUMER_THREADS)
-                stage_partial(ring, row, col, acc)
-                cluster_arrive()  # every split's partial is in its CTA's shared memory
-                cluster_wait()
-                fold_partials(ring, out, kind, M, N, K, kps, tid - 128)
+                exchange_partials(ring, empty, out, kind, M, N, K, kps, consumer, row, col,
+                                  acc)
             else:
                 tiles_m, tiles_n, cluster_tiles, first_tile, clusters, n_ktiles, rank = (
                     schedule(M, N, K))
@@ -232,10 +221,11 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
                                sa_mode, scale_b, sb_mode, bias, has_bias, acc)
             if issuer:
                 cp_async_bulk_wait_group(0)
-        # No CTA leaves while another may still arrive on its barriers (or read its
-        # shared memory).
-        cluster_arrive()
-        cluster_wait()
+        if not SPLIT_K:
+            # No CTA leaves while another may still arrive on its barriers or multicast
+            # into it (split-K's CTAs touch each other only in their exchange).
+            cluster_arrive()
+            cluster_wait()
 
     _matmul_wgmma_fwd_kernel.block_tile = geometry(dtype, tile)[:3]
     return _matmul_wgmma_fwd_kernel
@@ -268,17 +258,14 @@ def split_count(m: int, n: int, k: int, ctas: int, dtype: str = "f16",
     """(splits, k-tiles per split) of the split tile for an M×N×K product on a grid of at
     most ``ctas`` CTAs: SPLIT_ITEMS_PER_SM work items per CTA, at most MAX_SPLITS, each
     split at least MIN_SPLIT_KTILES k-tiles — or ``splits`` (tests, benchmarks), at most
-    the portable cluster size 8 and one per k-tile. The splits make a cluster: a power of
-    two (rounded down), as many as there are non-empty splits; the last may be shorter."""
+    MAX_SPLITS and one per k-tile. The splits make a cluster; the last may be shorter."""
     bm, bn, bk, _ = geometry(dtype, tile)
     n_ktiles = -(-k // bk)
     if splits is None:
         tiles = -(-m // bm) * -(-n // bn)
         splits = min(SPLIT_ITEMS_PER_SM * ctas // tiles, n_ktiles // MIN_SPLIT_KTILES,
                      MAX_SPLITS)
-    splits = 1 << (max(1, min(splits, n_ktiles, 8)).bit_length() - 1)
-    while -(-n_ktiles // -(-n_ktiles // splits)) < splits:  # an empty split: halve
-        splits //= 2
+    splits = max(1, min(splits, n_ktiles, MAX_SPLITS))
     return splits, -(-n_ktiles // splits)
 
 

@@ -18,7 +18,8 @@ kaionb writes PTX text. See docs/writing-kernels.md.
 - :mod:`.bulk_copy`   TMA: ``cp.async.bulk`` 1-D and tensor copies, their groups,
                       ``prefetch.tensormap``, the async-proxy fence (sm_90)
 - :mod:`.sync`        named barriers (``bar.sync``) and ``setmaxnreg`` (sm_90a)
-- :mod:`.cluster`     thread-block clusters: rank, index, barrier, remote arrive, loads, multicast
+- :mod:`.cluster`     thread-block clusters: rank, index, barrier, remote arrive, loads,
+                      asynchronous remote stores, multicast
 """
 
 from types import ModuleType as _ModuleType
@@ -54,7 +55,9 @@ from .bulk_copy import (
     prefetch_tensormap,
 )
 from .cluster import (
+    add_shared_f32,
     cluster_arrive,
+    cluster_arrive_relaxed,
     cluster_ctarank,
     cluster_id_x,
     cluster_wait,
@@ -63,6 +66,8 @@ from .cluster import (
     ld_shared_cluster_f32,
     ld_shared_cluster_v4_f32,
     mbarrier_arrive_remote,
+    mbarrier_wait_cluster,
+    st_async_cluster_f32,
 )
 from .convert import (
     bf16x2_to_f32x2,

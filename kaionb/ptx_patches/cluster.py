@@ -1,10 +1,10 @@
 """Hopper (sm_90) thread-block clusters: rank and cluster index, cluster barrier, remote
-mbarrier arrive,
-remote shared-memory loads, and TMA multicast.
+mbarrier arrive, remote shared-memory loads and asynchronous remote stores, and TMA
+multicast.
 
 PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#cluster-of-cooperative-thread-arrays
 (``%cluster_ctarank``, ``barrier.cluster``, ``mapa``, ``mbarrier.arrive`` on a
-``shared::cluster`` address, ``cp.async.bulk.tensor ... .multicast::cluster``).
+``shared::cluster`` address, ``st.async``, ``cp.async.bulk.tensor ... .multicast::cluster``).
 
 A cluster is launched with a cluster dimension (``CompiledKernel(..., cluster=(2, 1, 1))``
 in :mod:`kaionb.kernels.launch`); the CTAs of a cluster run at the same time on one GPC
@@ -47,6 +47,18 @@ cluster_arrive = ptx_instruction(
     arch=SM90,
     doc="``barrier.cluster.arrive.release;``: this thread arrives at the cluster barrier "
     "(its prior writes, shared memory included, are released to the cluster).",
+)
+
+cluster_arrive_relaxed = ptx_instruction(
+    "cluster_arrive_relaxed",
+    "barrier.cluster.arrive.relaxed;",
+    side_effect=True,
+    memory=True,
+    arch=SM90,
+    doc="``barrier.cluster.arrive.relaxed;``: arrive at the cluster barrier without ordering "
+    "this thread's earlier memory accesses: the first half of a start-up barrier whose "
+    "``cluster_wait`` comes later (mbarrier inits are published by "
+    "``fence_mbarrier_init_cluster``).",
 )
 
 cluster_wait = ptx_instruction(
@@ -128,3 +140,71 @@ cp_async_bulk_tensor_2d_multicast = ptx_instruction(
     "box to offset ``dst`` of every CTA whose rank bit is set in ``cta_mask`` and "
     "completing its bytes on each one's mbarrier at offset ``bar``.",
 )
+
+mbarrier_wait_cluster = ptx_instruction(
+    "mbarrier_wait_cluster",
+    "{ .reg .pred p;\nwait:\n"
+    "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [$0], $1;\n"
+    "@!p bra wait;\n}",
+    inputs=(types.uint32, types.uint32),
+    side_effect=True,
+    memory=True,
+    arch=SM90,
+    instruction="mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
+    doc="(bar, parity): as ``mbarrier_wait``, with acquire semantics at cluster scope: "
+    "for a phase completed by another CTA's ``st.async`` (:func:`st_async_cluster_f32`).",
+)
+
+
+def st_async_cluster_f32(count: int, stride: int):
+    """The instruction that sends ``count`` floats (a multiple of 4) into another CTA's
+    shared memory: ``(addr: u32, bar: u32, rank: u32, values)``, ``addr`` and ``bar``
+    shared addresses in this CTA whose offsets are used in CTA ``rank`` (``mapa``). Chunk
+    i (values 4i..4i+3) goes to ``addr + i·stride`` as one 16-byte ``st.async``, which
+    completes 16 bytes of transaction on the mbarrier at ``bar``: the receiver announces
+    ``4·count`` bytes per sending thread (``mbarrier_arrive_expect_tx``) and waits with
+    :data:`mbarrier_wait_cluster`. The receiver must be running with its barrier
+    initialized (a cluster barrier between)."""
+    lines = ["{ .reg .b32 to, at;", "mapa.shared::cluster.u32 to, $0, $2;",
+             "mapa.shared::cluster.u32 at, $1, $2;"]
+    for i in range(count // 4):
+        values = ", ".join(f"${3 + 4 * i + e}" for e in range(4))
+        lines.append("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 "
+                     f"[to+{i * stride}], {{{values}}}, [at];")
+    lines.append("}")
+    return ptx_instruction(
+        f"st_async_cluster_f32_{count}x{stride}",
+        "\n".join(lines),
+        inputs=(types.uint32, types.uint32, types.uint32, types.UniTuple(types.float32, count)),
+        side_effect=True,
+        memory=True,
+        arch=SM90,
+        instruction="st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32",
+        doc=f"Send {count} floats into CTA ``rank``'s shared memory, 16 bytes every {stride} "
+        "bytes, each completing transaction bytes on its mbarrier (see "
+        ":func:`st_async_cluster_f32`).",
+    )
+
+
+def add_shared_f32(count: int, stride: int):
+    """The receiving side of :func:`st_async_cluster_f32`: ``(addr: u32, values) ->
+    values + the count floats at addr`` (this CTA's shared memory, chunk i at ``addr +
+    i·stride``), each sum ``value + loaded`` in f32 (round to nearest)."""
+    lines = ["{ .reg .f32 x0, x1, x2, x3;"]
+    for i in range(count // 4):
+        lines.append(f"ld.shared.v4.f32 {{x0, x1, x2, x3}}, [${count}+{i * stride}];")
+        for e in range(4):
+            lines.append(f"add.rn.f32 ${4 * i + e}, ${4 * i + e}, x{e};")
+    lines.append("}")
+    return ptx_instruction(
+        f"add_shared_f32_{count}x{stride}",
+        "\n".join(lines),
+        outputs=types.UniTuple(types.float32, count),
+        inputs=(types.uint32, types.UniTuple(types.float32, count)),
+        tied=1,
+        side_effect=True,
+        memory=True,
+        instruction="ld.shared.v4.f32",
+        doc=f"Add {count} floats loaded from shared memory, 16 bytes every {stride} bytes, "
+        "to the values given (see :func:`add_shared_f32`).",
+    )

@@ -28,12 +28,17 @@ of GROUP_ROWS cluster rows so a wave's A and B panels stay in L2):
                registers, whole 32-byte sectors). Both clip at M and N.
 
 **Split-K** (``split_k``, for grids of few tiles: M ≤ 256 at N = 4096): one work item
-(tile, split) per CTA, the splits of a tile being the CTAs of one cluster, split s taking
-k-tiles [s·kps, (s + 1)·kps) of K: no multicast (the cluster's CTAs hold different K
-ranges), each loads its whole B tile and its consumers release stages of their own CTA
-only. The splits meet in distributed shared memory: each stages its f32 partial at the
-ring's start (:meth:`stage_partial`), and after a cluster barrier each adds its share of
-the tile's rows over every split (:meth:`fold_partials`) and stores them.
+(tile, split) per CTA, the MAX_SPLITS (2) splits of a tile being the CTAs of one cluster,
+split s taking k-tiles [s·kps, (s + 1)·kps) of K: no multicast (the cluster's CTAs hold
+different K ranges), each loads its whole B tile and its consumers release stages of
+their own CTA only, so the K loop needs no cluster barrier (the start-up one is waited on
+only before the exchange). The splits meet in distributed shared memory
+(:meth:`exchange_partials`): split s keeps column half s of its f32 accumulators, sends
+the other half into the peer's exchange buffer with ``st.async`` (which completes the
+peer's exchange mbarrier), adds the half it receives and stores its half of the tile from
+registers. No cluster barrier after the K loop: a fold through shared memory behind
+cluster barriers cost 3.3 of the kernel's 8.7 µs at M = 128, N = 4096, K = 1024
+(docs/perf-log-matmul.md #21).
 
 Geometry: a k-step is 32 bytes of K (k16 of 16-bit operands, k32 of s8); a stage is BK
 elements of K = one 128-byte swizzled line per row. s8 accumulates in s32;
@@ -52,8 +57,10 @@ from numba import cuda, int32, int64, uint32, uint64
 
 from kaionb._tensor_map import BOX_INNER
 from kaionb.ptx_patches import (
+    add_shared_f32,
     bar_sync_threads,
     cluster_arrive,
+    cluster_arrive_relaxed,
     cluster_ctarank,
     cluster_id_x,
     cluster_wait,
@@ -65,19 +72,17 @@ from kaionb.ptx_patches import (
     device_function,
     fence_mbarrier_init_cluster,
     fence_proxy_async_shared,
-    ld_shared_cluster_v4_f32,
     make_smem_desc,
     mbarrier_arrive,
     mbarrier_arrive_expect_tx,
     mbarrier_arrive_remote,
     mbarrier_init,
     mbarrier_wait,
+    mbarrier_wait_cluster,
     prefetch_tensormap,
+    st_async_cluster_f32,
     st_global_accumulator,
     st_global_accumulator_s32_scaled,
-    st_global_v2_u32,
-    st_global_v4_f32,
-    st_shared_accumulator_f32,
     st_shared_accumulator_swizzled,
     wgmma_commit_group,
     wgmma_fence,
@@ -92,7 +97,7 @@ from kaionb.ptx_patches import (
     wgmma_wait_group,
 )
 
-from .epilogue import OUT_F16, OUT_F32, pack_pair
+from .epilogue import OUT_F16, OUT_F32
 
 CONSUMERS = 2  # consumer warpgroups
 THREADS = 128 * (1 + CONSUMERS)
@@ -102,6 +107,9 @@ CONSUMER_THREADS = 128 * CONSUMERS
 CLUSTER_M = 2
 CLUSTER_MASK = (1 << CLUSTER_M) - 1
 CLUSTER = (CLUSTER_M, 1, 1)
+# Split-K: K splits per tile at most, the CTAs of one cluster (the exchange pairs them;
+# clusters of 4 and 8 were slower at every M = 32-256 measured, docs/perf-log-matmul.md #19).
+MAX_SPLITS = 2
 GROUP_ROWS = 4  # cluster rows (GROUP_ROWS·CLUSTER_M tile rows) a group walks before moving right
 STAGED_COLS = 128  # output columns a consumer stages per TMA store (16-bit outputs)
 LINE = 128  # bytes of one swizzled row
@@ -187,12 +195,37 @@ def tile_origin(t, tiles_m, tiles_n, rank, BM, BN):
     return m0, (in_group // group_rows) * BN
 
 
+def accumulator_store(n: int):
+    """Device function ``(out, kind, r0, c0, M, N, acc)``: a consumer thread's values of an
+    m64nN f32 accumulator — rows r0 and r0 + 8, columns c0 + 8j + {0, 1} — into the
+    row-major M×N ``out`` (an address) as ``kind`` (OUT_F32 / OUT_F16 / OUT_BF16),
+    clipped at M and N (``ptx_patches.st_global_accumulator``)."""
+    as_f32, as_f16, as_bf16 = (st_global_accumulator(n, kind) for kind in ("f32", "f16", "bf16"))
+
+    @device_function
+    def store(out, kind, r0, c0, M, N, acc):
+        offset = int64(r0) * N + c0
+        ok0, ok8, left = uint32(r0 < M), uint32(r0 + 8 < M), N - c0
+        if kind == OUT_F32:
+            as_f32(out + uint64(offset * 4), out + uint64((offset + 8 * N) * 4), ok0, ok8,
+                   left, acc)
+        elif kind == OUT_F16:
+            as_f16(out + uint64(offset * 2), out + uint64((offset + 8 * N) * 2), ok0, ok8,
+                   left, acc)
+        else:
+            as_bf16(out + uint64(offset * 2), out + uint64((offset + 8 * N) * 2), ok0, ok8,
+                    left, acc)
+
+    return store
+
+
 class WgmmaPipeline:
     """Compile-time geometry and device functions of one pipeline variant (module doc).
 
     Shared memory (``SHARED_BYTES``, dynamic): the ring, the 16-bit C staging buffers
-    (none for split-K), then full[STAGES] and empty[STAGES] mbarriers; :meth:`layout`
-    places them.
+    (split-K: none, the exchange buffers instead), then full[STAGES] and empty[STAGES]
+    mbarriers (split-K: and one exchange mbarrier per consumer); :meth:`layout` places
+    them.
     """
 
     def __init__(self, operand: str, a_kmajor: bool, b_kmajor: bool, tile: Tile,
@@ -220,14 +253,23 @@ class WgmmaPipeline:
         # The 16-bit C staging buffers: consumer w's 64 rows × STAGED_COLS columns at a
         # time (2 swizzled boxes of 64×64, 16 KB; a whole 64×256 half would leave room for
         # 3 stages only, and the 4th stage is worth more). Split-K stores from registers
-        # after its fold: no staging, the room goes to the ring.
+        # after its exchange: no staging.
         STAGING = STAGES * STAGE_BYTES
         C_BOX_BYTES = 64 * LINE
         C_BUFFER_BYTES = 0 if SPLIT_K else STAGED_COLS // BOX_INNER * C_BOX_BYTES
         PARTS = max(1, BN // STAGED_COLS)
-        BARRIERS = STAGING + CONSUMERS * C_BUFFER_BYTES
-        SHARED_BYTES = ATOM + BARRIERS + 2 * STAGES * 8  # + alignment slack for the ring
         ACC = BN // 2  # f32 accumulators per consumer thread
+        # Split-K's exchange (:meth:`exchange_partials`): a consumer's buffer receives the
+        # other split's half of each thread's accumulators (HALF floats), thread t's chunk
+        # i at 16·t + i·EXCHANGE_STRIDE (a warp's chunks contiguous: no bank conflicts).
+        # Outside the ring: the other split sends while this one may still be reading it.
+        HALF = ACC // 2
+        EXCHANGE_STRIDE = 16 * 128
+        EXCHANGE_BYTES = 4 * HALF * 128  # per consumer
+        EXCHANGE = CONSUMERS * EXCHANGE_BYTES if SPLIT_K else 0
+        BARRIERS = STAGING + CONSUMERS * C_BUFFER_BYTES + EXCHANGE
+        # + alignment slack for the ring, the ring's mbarriers, split-K's exchange mbarriers
+        SHARED_BYTES = ATOM + BARRIERS + 2 * STAGES * 8 + (8 * CONSUMERS if SPLIT_K else 0)
         # B is shared by the cluster's CTAs (same N tile): each loads 1/CLUSTER_M of it and
         # multicasts it to all. N-major: whole 64-column boxes; K-major: a box of the rows.
         B_PART_BYTES = B_BYTES // CLUSTER_M
@@ -244,17 +286,12 @@ class WgmmaPipeline:
         if BN % STAGED_COLS and not SPLIT_K:
             raise ValueError(f"wgmma_pipeline: BN a multiple of {STAGED_COLS} (staged "
                              "16-bit stores); split-K also takes 64")
-        # Split-K's fold (:meth:`stage_partial`, :meth:`fold_partials`): each split's f32
-        # partial, row-major at the ring's start, rows padded by 8 floats (the 4 rows of a
-        # half-warp's 8-byte stores then start 8 banks apart: no conflicts).
-        FOLD_ROW_BYTES = 4 * (BN + 8)
-        FOLD_CHUNKS = BN // 4  # 16-byte chunks of a row
-        FOLD_BATCH = 4  # chunks a thread folds at once (their loads in flight together)
-        if SPLIT_K and BM * FOLD_ROW_BYTES > STAGING:
-            raise ValueError("wgmma_pipeline: the split-K fold buffer must fit in the ring")
+        if SPLIT_K and BM != 64 * CONSUMERS:
+            raise ValueError("wgmma_pipeline: split-K exchanges the consumers' 64-row halves")
         mma = WGMMA[(operand, BN)]
-        store_f32 = st_global_accumulator(BN, "f32")
-        stage_f32 = st_shared_accumulator_f32(BN)
+        store_whole, store_half = accumulator_store(BN), accumulator_store(BN // 2)
+        send_half = st_async_cluster_f32(HALF, EXCHANGE_STRIDE)
+        add_half = add_shared_f32(HALF, EXCHANGE_STRIDE)
         if E == 1:  # the W8A8 epilogue's stores, one per output kind
             scaled_f32 = st_global_accumulator_s32_scaled(BN, "f32")
             scaled_f16 = st_global_accumulator_s32_scaled(BN, "f16")
@@ -275,15 +312,25 @@ class WgmmaPipeline:
 
         @device_function
         def init_barriers(full, empty):
-            """Thread 0 initializes the ring's mbarriers; then the whole cluster syncs, so
-            every CTA's barriers exist before anyone multicasts or arrives."""
+            """Thread 0 initializes the mbarriers; then the whole cluster syncs, so every
+            CTA's barriers exist before anyone multicasts or arrives. Split-K touches no
+            other CTA before its exchange: a CTA barrier publishes the mbarriers, and the
+            cluster's start-up barrier is only arrived at here (:meth:`exchange_partials`
+            waits on it, after the K loop)."""
             if int32(cuda.threadIdx.x) == 0:
                 for s in range(STAGES):
                     mbarrier_init(full + 8 * s, 1)
                     mbarrier_init(empty + 8 * s, EMPTY_ARRIVALS)
+                if SPLIT_K:
+                    for c in range(CONSUMERS):
+                        mbarrier_init(empty + 8 * (STAGES + c), 1)
                 fence_mbarrier_init_cluster()
-            cluster_arrive()
-            cluster_wait()
+            if SPLIT_K:
+                cuda.syncthreads()
+                cluster_arrive_relaxed()
+            else:
+                cluster_arrive()
+                cluster_wait()
 
         @device_function
         def schedule(M, N, K):
@@ -427,10 +474,7 @@ class WgmmaPipeline:
         def store_direct(out, m0, n0, row, col, M, N, acc):
             """f32 accumulators of the consumer thread at tile (row, col) straight to the
             row-major M×N float32 ``out`` (an address), clipped at M and N."""
-            r0 = m0 + row
-            offset = int64(r0) * N + n0 + col
-            store_f32(out + uint64(offset * 4), out + uint64((offset + 8 * N) * 4),
-                      uint32(r0 < M), uint32(r0 + 8 < M), N - (n0 + col), acc)
+            store_whole(out, OUT_F32, m0 + row, n0 + col, M, N, acc)
 
         @device_function
         def store_scaled(out, kind, m0, n0, row, col, M, N, acc, row_scale0, row_scale8,
@@ -483,82 +527,41 @@ class WgmmaPipeline:
                     cp_async_bulk_commit_group()
 
         @device_function
-        def stage_partial(ring, row, col, acc):
-            """Split-K: this consumer thread's f32 accumulator (tile row ``row``, column
-            ``col``) into the fold buffer at the ring's start. Only once every consumer's
-            last wgmma has read the ring (a consumer barrier before)."""
-            at = ring + row * FOLD_ROW_BYTES + 4 * col
-            stage_f32(at, at + 8 * FOLD_ROW_BYTES, acc)
-
-        @device_function
-        def store_chunk(out, kind, offset, v):
-            """Four f32 values as ``kind`` at element ``offset`` of the output ``out``."""
-            if kind == OUT_F32:
-                st_global_v4_f32(out + uint64(offset * 4), v)
-            else:
-                st_global_v2_u32(out + uint64(offset * 2), (pack_pair(kind, v[0], v[1]),
-                                                            pack_pair(kind, v[2], v[3])))
-
-        @device_function
-        def fold_chunk(ring, m0, n0, N, first_row, chunks, i):
-            """(shared address, output offset) of chunk ``i`` of a CTA's fold: 4 columns
-            of row first_row + i // FOLD_CHUNKS. The offset is -1 where nothing is stored
-            (past the CTA's ``chunks``, whose address is then the last chunk's, or past N:
-            whole chunks, N % 4 == 0)."""
-            j = min(i, chunks - 1)
-            r = first_row + j // FOLD_CHUNKS
-            c = 4 * (j % FOLD_CHUNKS)
-            offset = int64(m0 + r) * N + n0 + c if i < chunks and n0 + c < N else int64(-1)
-            return ring + r * FOLD_ROW_BYTES + 4 * c, offset
-
-        @device_function
-        def fold_partials(ring, out, kind, M, N, K, kps, ctid):
-            """Split-K, the splits of a tile being the CTAs of one cluster (rank = split)
-            and every split's partial staged (:meth:`stage_partial`) behind a cluster
-            barrier: CTA rank r adds rows [r·⌈BM/splits⌉, +⌈BM/splits⌉) of the partials,
-            read from the splits' shared memory in rank order (the same bits whichever
-            split finished first), and stores them as ``kind`` into the row-major M×N
-            ``out`` (an address; N % 4 == 0), clipped at M and N. ``ctid``: the thread's
-            index among the consumers."""
+        def exchange_partials(ring, empty, out, kind, M, N, K, kps, consumer, row, col,
+                              acc):
+            """Split-K's epilogue (module doc) for the thread of consumer ``consumer`` at
+            tile (row, col): of two splits, split s sends column half 1 - s of its
+            accumulators into the other split's exchange buffer, adds the half it receives
+            to its half s (a sum of two: the same bits in either split) and stores that
+            as ``kind`` into the row-major M×N ``out`` (an address), clipped at M and N;
+            one split stores its whole accumulator. A consumer whose 64 rows all lie past
+            M does nothing, in every split."""
             m0, n0, kt0, nk, split, splits = item(M, N, K, kps)
-            rows = (BM + splits - 1) // splits
-            first_row = split * rows
-            chunks = (min(first_row + rows, BM, M - m0) - first_row) * FOLD_CHUNKS
-            for base in range(ctid, chunks, FOLD_BATCH * CONSUMER_THREADS):
-                at0, to0 = fold_chunk(ring, m0, n0, N, first_row, chunks, base)
-                at1, to1 = fold_chunk(ring, m0, n0, N, first_row, chunks,
-                                      base + CONSUMER_THREADS)
-                at2, to2 = fold_chunk(ring, m0, n0, N, first_row, chunks,
-                                      base + 2 * CONSUMER_THREADS)
-                at3, to3 = fold_chunk(ring, m0, n0, N, first_row, chunks,
-                                      base + 3 * CONSUMER_THREADS)
-                v0 = ld_shared_cluster_v4_f32(at0, uint32(0))
-                v1 = ld_shared_cluster_v4_f32(at1, uint32(0))
-                v2 = ld_shared_cluster_v4_f32(at2, uint32(0))
-                v3 = ld_shared_cluster_v4_f32(at3, uint32(0))
-                for peer in range(1, splits):
-                    w0 = ld_shared_cluster_v4_f32(at0, uint32(peer))
-                    w1 = ld_shared_cluster_v4_f32(at1, uint32(peer))
-                    w2 = ld_shared_cluster_v4_f32(at2, uint32(peer))
-                    w3 = ld_shared_cluster_v4_f32(at3, uint32(peer))
-                    v0 = (v0[0] + w0[0], v0[1] + w0[1], v0[2] + w0[2], v0[3] + w0[3])
-                    v1 = (v1[0] + w1[0], v1[1] + w1[1], v1[2] + w1[2], v1[3] + w1[3])
-                    v2 = (v2[0] + w2[0], v2[1] + w2[1], v2[2] + w2[2], v2[3] + w2[3])
-                    v3 = (v3[0] + w3[0], v3[1] + w3[1], v3[2] + w3[2], v3[3] + w3[3])
-                if to0 >= 0:
-                    store_chunk(out, kind, to0, v0)
-                if to1 >= 0:
-                    store_chunk(out, kind, to1, v1)
-                if to2 >= 0:
-                    store_chunk(out, kind, to2, v2)
-                if to3 >= 0:
-                    store_chunk(out, kind, to3, v3)
+            if m0 + consumer * 64 >= M:
+                return
+            if splits == 1:
+                store_whole(out, kind, m0 + row, n0 + col, M, N, acc)
+                return
+            t = int32(cuda.threadIdx.x) % 128
+            buffer = ring + STAGING + consumer * EXCHANGE_BYTES + 16 * t
+            bar = empty + 8 * (STAGES + consumer)
+            if t == 0:
+                mbarrier_arrive_expect_tx(bar, EXCHANGE_BYTES)
+            cluster_wait()  # the start-up barrier: the other split runs, its mbarriers exist
+            if split == 0:
+                keep, send = acc[:HALF], acc[HALF:]
+            else:
+                keep, send = acc[HALF:], acc[:HALF]
+            send_half(buffer, bar, uint32(1 - split), send)
+            mbarrier_wait_cluster(bar, 0)
+            store_half(out, kind, m0 + row, n0 + split * (BN // 2) + col, M, N,
+                       add_half(buffer, keep))
 
         @device_function
         def staging(ring, consumer, row, col):
             """(buffer, this thread's row address in it, the row's swizzle XOR) of the
             consumer's 16-bit staging buffer for tile row ``row``, column ``col``. Split-K
-            has no staging buffer: its address is then the mbarriers', not to be written."""
+            has no staging buffer: its address is then the exchange's, not to be written."""
             buffer = ring + STAGING + consumer * C_BUFFER_BYTES
             return buffer, buffer + (row % 64) * LINE + 2 * col, (row % 8) * 16
 
@@ -572,7 +575,7 @@ class WgmmaPipeline:
         self.item = item
         self.consume_tile, self.store_direct = consume_tile, store_direct
         self.store_staged, self.staging = store_staged, staging
-        self.stage_partial, self.fold_partials = stage_partial, fold_partials
+        self.exchange_partials = exchange_partials
 
 
 def wgmma_pipeline(operand: str, a_kmajor: bool, b_kmajor: bool, tile,
