@@ -212,7 +212,7 @@ def k_exchange(u, f):
     """The split-K exchange: relaxed start-up arrive, st.async into the peer with
     complete_tx, a cluster-scope mbarrier wait, the shared add."""
     bar = cuda.shared.array(1, types.uint64)
-    s = cuda.shared.array(2048, types.float32)
+    s = cuda.shared.array(2048, types.float32, alignment=16)
     b = P.shared_addr(bar, 0)
     if cuda.threadIdx.x == 0:
         P.mbarrier_init(b, 1)
@@ -910,7 +910,7 @@ def test_st_async_exchange_between_cluster_ctas():
             min_cc=(9, 0), registered=False)
     def exchange(x, out):
         bar = cuda.shared.array(1, types.uint64)
-        s = cuda.shared.array(1024, types.float32)  # chunk i of thread t: 16·t + 2048·i
+        s = cuda.shared.array(1024, types.float32, alignment=16)  # chunk i, thread t: 16t + 2048i
         b = P.shared_addr(bar, 0)
         c, t = cuda.blockIdx.x, cuda.threadIdx.x
         if t == 0:
