@@ -66,7 +66,6 @@ from .cluster import (
     ld_shared_cluster_f32,
     ld_shared_cluster_v4_f32,
     mbarrier_arrive_remote,
-    mbarrier_wait_cluster,
     st_async_cluster_f32,
 )
 from .convert import (
@@ -132,6 +131,7 @@ from .mbarrier import (
     mbarrier_init,
     mbarrier_try_wait_parity,
     mbarrier_wait,
+    mbarrier_wait_cluster,
 )
 from .mma import (
     mma_m16n8k8_f32_tf32,

@@ -141,21 +141,6 @@ cp_async_bulk_tensor_2d_multicast = ptx_instruction(
     "completing its bytes on each one's mbarrier at offset ``bar``.",
 )
 
-mbarrier_wait_cluster = ptx_instruction(
-    "mbarrier_wait_cluster",
-    "{ .reg .pred p;\nwait:\n"
-    "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [$0], $1;\n"
-    "@!p bra wait;\n}",
-    inputs=(types.uint32, types.uint32),
-    side_effect=True,
-    memory=True,
-    arch=SM90,
-    instruction="mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
-    doc="(bar, parity): as ``mbarrier_wait``, with acquire semantics at cluster scope: "
-    "for a phase completed by another CTA's ``st.async`` (:func:`st_async_cluster_f32`).",
-)
-
-
 def st_async_cluster_f32(count: int, stride: int):
     """The instruction that sends ``count`` floats (a multiple of 4) into another CTA's
     shared memory: ``(addr: u32, bar: u32, rank: u32, values)``, ``addr`` and ``bar``
@@ -163,7 +148,7 @@ def st_async_cluster_f32(count: int, stride: int):
     i (values 4i..4i+3) goes to ``addr + i·stride`` as one 16-byte ``st.async``, which
     completes 16 bytes of transaction on the mbarrier at ``bar``: the receiver announces
     ``4·count`` bytes per sending thread (``mbarrier_arrive_expect_tx``) and waits with
-    :data:`mbarrier_wait_cluster`. The receiver must be running with its barrier
+    ``mbarrier_wait_cluster``. The receiver must be running with its barrier
     initialized (a cluster barrier between)."""
     lines = ["{ .reg .b32 to, at;", "mapa.shared::cluster.u32 to, $0, $2;",
              "mapa.shared::cluster.u32 at, $1, $2;"]

@@ -8,8 +8,9 @@ of arrivals per phase; a phase completes when ``count`` threads have arrived and
 byte announced with ``mbarrier_arrive_expect_tx`` has been delivered by the async copies
 that signal it (:mod:`.bulk_copy`). Phases alternate parity 0, 1, 0, ...: a consumer
 waits on the parity of the phase it needs (``mbarrier_wait`` or a loop on
-``mbarrier_try_wait_parity``). The cluster forms (arrive on another CTA's barrier,
-``fence.mbarrier_init``) are in :mod:`.cluster`.
+``mbarrier_try_wait_parity``; ``mbarrier_wait_cluster`` for phases completed by another
+CTA). The cluster forms (arrive on another CTA's barrier, ``fence.mbarrier_init``) are in
+:mod:`.cluster`.
 """
 
 from numba import types
@@ -64,18 +65,31 @@ mbarrier_try_wait_parity = ptx_instruction(
     "with that parity has completed, else 0 after a hardware timeout; loop on it.",
 )
 
-mbarrier_wait = ptx_instruction(
-    "mbarrier_wait",
-    "{ .reg .pred p;\nwait:\n"
-    "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n"
-    "@!p bra wait;\n}",
-    inputs=(types.uint32, types.uint32),
-    side_effect=True,
-    memory=True,
-    arch=SM90,
-    instruction="mbarrier.try_wait.parity.shared::cta.b64",
-    doc="Spin on ``mbarrier.try_wait.parity`` until the phase of ``bar`` with parity "
+def _spin_wait(name: str, semantics: str, doc: str):
+    """A ``mbarrier.try_wait.parity{semantics}`` loop inside the asm: (bar, parity)."""
+    instruction = f"mbarrier.try_wait.parity{semantics}.shared::cta.b64"
+    return ptx_instruction(
+        name,
+        f"{{ .reg .pred p;\nwait:\n{instruction} p, [$0], $1;\n@!p bra wait;\n}}",
+        inputs=(types.uint32, types.uint32),
+        side_effect=True,
+        memory=True,
+        arch=SM90,
+        instruction=instruction,
+        doc=doc,
+    )
+
+
+mbarrier_wait = _spin_wait(
+    "mbarrier_wait", "",
+    "Spin on ``mbarrier.try_wait.parity`` until the phase of ``bar`` with parity "
     "``parity`` has completed: (bar, parity). The loop is inside the asm, so the compiler "
     "sees no divergent branch (ptxas serializes wgmma after branches it cannot prove "
     "warp-uniform).",
+)
+
+mbarrier_wait_cluster = _spin_wait(
+    "mbarrier_wait_cluster", ".acquire.cluster",
+    "(bar, parity): as ``mbarrier_wait``, with acquire semantics at cluster scope: for a "
+    "phase completed by another CTA's ``st.async`` (``cluster.st_async_cluster_f32``).",
 )
