@@ -4,7 +4,8 @@ where the shape fills the GPU, else mma.sync) and the mma.sync cp.async kernel o
 same shape, so both paths have a history. The ``_wT`` decode shapes multiply by the
 ``w.T`` view of a row-major [N, K] weight (a linear layer's), which M ≤ 16 runs on the
 weight stream (helpers.weight_stream); M = 64 to 256 at 4096² run the wgmma kernel with
-K split over the SMs (matmul_hopper's "split64" / "split" tiles)."""
+K split in two over a thread-block cluster (matmul_hopper's "split64" / "split" tiles),
+for either layout of B."""
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from .common import batched_ms
 class TimeMatmul:
     params = (["f16", "bf16"],
               ["1024", "2048", "4096", "8192", "decode1", "decode16", "decode64", "decode128",
-               "decode256", "decode1_wT", "decode16_wT"])
+               "decode256", "decode1_wT", "decode16_wT", "decode64_wT", "decode128_wT"])
     param_names = ["dtype", "shape"]
     timeout = 300
 
@@ -23,7 +24,8 @@ class TimeMatmul:
               "8192": (8192, 8192, 8192), "decode1": (1, 4096, 4096),
               "decode16": (16, 4096, 4096), "decode64": (64, 4096, 4096),
               "decode128": (128, 4096, 4096), "decode256": (256, 4096, 4096),
-              "decode1_wT": (1, 4096, 4096), "decode16_wT": (16, 4096, 4096)}
+              "decode1_wT": (1, 4096, 4096), "decode16_wT": (16, 4096, 4096),
+              "decode64_wT": (64, 4096, 4096), "decode128_wT": (128, 4096, 4096)}
 
     def setup(self, dtype, shape):
         import kaionb
