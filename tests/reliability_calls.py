@@ -158,8 +158,8 @@ def _matmul_mma(operand, a_kmajor, b_kmajor, loads, tile):
 
 def _matmul_wgmma(dtype, a_kmajor, b_kmajor, tile):
     """One Hopper variant, forced: 16-bit results for wide (staged TMA store) and the
-    split tiles (K = 1000: the splits' partials folded in the cluster's shared memory,
-    stored from registers), float32 (stored from registers) for narrow.
+    split tiles (K = 1000: the splits exchange halves of their partials in the cluster's
+    shared memory and store from registers), float32 (stored from registers) for narrow.
 
     compute-sanitizer's initcheck does not count a TMA store (cp.async.bulk.tensor) as a
     write: reading back a wide result flagged every element (2026-11-26, H200, CUDA 13).

@@ -184,7 +184,7 @@ def test_hopper_matmul_tensor_maps_in_a_graph():
 def test_hopper_split_k_matmul_in_a_graph(monkeypatch, m, tile):
     """The public matmul on shapes the split tiles take (M = 100 / 128 / 256 on 32 / 32 /
     64 narrow tiles, K = 4096: a fifth to half a wave, K split over a cluster per tile,
-    partials folded in distributed shared memory — a cluster launch in the graph; M = 100:
+    partials exchanged in distributed shared memory — a cluster launch in the graph; M = 100:
     A's TMA box cut at 104 rows): captured,
     replayed on new values, with eager calls of the same shape through the plan cache in
     between — the same bits."""

@@ -375,6 +375,10 @@ def test_wgmma_kernels_registered():
     assert mh.geometry("s8", "wide")[2] == 2 * mh.geometry("f16", "wide")[2]
     assert all(k.arch_specific and k.check_archs() == {(9, 0, "a"): "sm_90a"}
                for k in mh._KERNELS.values())
+    # Every variant's shared memory fits sm_90's 227 KiB a block (split: 1.9 KB to spare).
+    sizes = {key: k.max_dynamic_shared_bytes for key, k in mh._KERNELS.items()}
+    assert max(sizes.values()) <= 227 * 1024, sizes
+    assert sizes[("f16", True, True, "split")] == 230512
 
 
 def test_reference_is_float64():
@@ -639,22 +643,23 @@ def test_wgmma_bit_identical_repeats():
 @pytest.mark.parametrize("tile", mh.SPLIT_TILES)
 @pytest.mark.parametrize("splits", [None, 1, 2, 1000])
 @pytest.mark.parametrize("m, n, k, layout", wgmma_cases([(8, 264, 4040), (75, 1032, 1000),
-                                                         (200, 520, 8200), (100, 72, 136)]))
+                                                         (160, 520, 8200), (100, 72, 136)]))
 def test_wgmma_split_k(m, n, k, layout, splits, tile):
     """Each split tile with one split and two (1000: capped at MAX_SPLITS = 2), K not a
     multiple of the k-tile, M inside one tile (M % 8 != 0: A's box cut at 80 / 104 rows)
-    or across two, a consumer's rows all past M (8, 200), N not a multiple of the tile's
-    and with its last tile's second half past N (72): float32 and 16-bit outputs match
-    float64, and repeats give the same bits."""
+    or across two, a consumer's rows all past M (8; 160: in the second tile), N not a
+    multiple of the tile's and with its last tile's second half past N (72): float32 and
+    16-bit outputs match float64, and a repeat after a call on other operands (which
+    leaves other partials in the exchange buffers) gives the same bits."""
     fwd = lambda a, b, out: mm.matmul_fwd("t", a, b, dtypes=(F16,), loads="wgmma", out=out,
                                            tile=tile, splits=splits)
     fwd.__name__ = f"matmul_fwd[wgmma,{tile},{splits}]"
     rng = np.random.default_rng(m + k)
     da, db, first = check_matmul(fwd, m, n, k, F16, layout, rng=rng)
+    check_matmul(fwd, m, n, k, F16, layout, out_dtype=F16, rng=rng)  # other operands
     again = poisoned((m, n), np.float32)
     fwd(da, db, again)
     assert np.array_equal(first.view(np.uint8), again.get().view(np.uint8))
-    check_matmul(fwd, m, n, k, F16, layout, out_dtype=F16, rng=rng)
 
 
 @gpu

@@ -330,9 +330,13 @@ def launch(dtype: str, tile: str, sa, lda: int, a_kmajor: bool, sb, ldb: int, b_
     kps, cluster = 0, CLUSTER
     if tile in SPLIT_TILES:  # one CTA per (tile, split), a cluster per tile
         given, (splits, kps) = splits, split_count(m, n, k, most, dtype, splits, tile)
+        # The kernel's exchange pairs the splits; its item() recomputes them from kps.
+        n_ktiles = -(-k // bk)
+        assert splits <= MAX_SPLITS and -(-n_ktiles // kps) == splits, (splits, kps)
         if tile == "split64" and given is None and splits < MAX_SPLITS:
-            # choose_tile counted SMs; fewer CTAs fit at once (clusters, MPS): the
-            # 128×128 tiles keep their splits where 128×64 ones would lose theirs.
+            # choose_tile counted SMs; fewer CTAs fit at once (clusters, MPS), or K has too
+            # few k-tiles for two splits: the 128×128 tiles keep their splits where 128×64
+            # ones would lose theirs (or run unsplit as well).
             return launch(dtype, "split", sa, lda, a_kmajor, sb, ldb, b_kmajor, out, m, n, k,
                           kind, shape, dequant)
         grid = -(-m // bm) * -(-n // bn) * splits

@@ -107,8 +107,9 @@ CONSUMER_THREADS = 128 * CONSUMERS
 CLUSTER_M = 2
 CLUSTER_MASK = (1 << CLUSTER_M) - 1
 CLUSTER = (CLUSTER_M, 1, 1)
-# Split-K: K splits per tile at most, the CTAs of one cluster (the exchange pairs them;
-# clusters of 4 and 8 were slower at every M = 32-256 measured, docs/perf-log-matmul.md #19).
+# Split-K: K splits per tile at most, the CTAs of one cluster. exchange_partials depends on
+# it (its peer is rank 1 - s; one peer's bytes expected); clusters of 4 and 8 were slower
+# at every M = 32-256 measured (docs/perf-log-matmul.md #19).
 MAX_SPLITS = 2
 GROUP_ROWS = 4  # cluster rows (GROUP_ROWS·CLUSTER_M tile rows) a group walks before moving right
 STAGED_COLS = 128  # output columns a consumer stages per TMA store (16-bit outputs)
@@ -406,7 +407,7 @@ class WgmmaPipeline:
         @device_function
         def produce(ring, full, empty, tmap_a, tmap_b, M, N, K, kps):
             """The producer role, run by warp 0 of warpgroup 0 together (a lone looping
-            lane would share its warp with lanes parked at the final cluster barrier);
+            lane would share its warp with lanes parked at a barrier);
             lane 0 issues. Runs up to STAGES K-steps ahead of the consumers, across tile
             boundaries, so the next tile's loads overlap this tile's epilogue. ``kps``:
             k-tiles per split (split-K only)."""
@@ -536,7 +537,7 @@ class WgmmaPipeline:
             as ``kind`` into the row-major M×N ``out`` (an address), clipped at M and N;
             one split stores its whole accumulator. A consumer whose 64 rows all lie past
             M does nothing, in every split."""
-            m0, n0, kt0, nk, split, splits = item(M, N, K, kps)
+            m0, n0, _, _, split, splits = item(M, N, K, kps)
             if m0 + consumer * 64 >= M:
                 return
             if splits == 1:
