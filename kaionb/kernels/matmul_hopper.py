@@ -21,9 +21,9 @@ fit one wave: M ≤ 128 at N = 4096) or the narrow 128×128 ("split"), with K sp
 CTAs of a cluster, one (tile, split) work item per CTA (``helpers.wgmma_pipeline``'s
 split-K schedule); the two splits swap column halves of their f32 partials in distributed
 shared memory (``st.async``), each adding and storing one half (a sum of two: the same
-bits every run). The 128×64 tile's consumers (m64n64, 32 accumulators) keep the 80
-registers ptxas gives the kernel: no ``setmaxnreg``. Same operands, layouts and outputs
-as the others.
+bits every run). The 128×64 tile's consumers (m64n64, 32 accumulators) keep the 73
+registers ptxas gives the kernel: no ``setmaxnreg``. Same operands, layouts and outputs as
+the others.
 
 Layouts: A (M×K) is read K-major (row-major A) or M-major (``x.T``), B (K×N) N-major
 (row-major B) or K-major (``y.T``): all four combinations run without copies, the
@@ -138,7 +138,7 @@ def _make_matmul_wgmma_kernel(dtype: str, a_kmajor: bool, b_kmajor: bool, tile: 
     split-K's sums from registers after the exchange (``exchange_partials``)."""
     SPLIT_K = tile in SPLIT_TILES
     # m64n64 (split64: 32 accumulators a consumer thread) needs no register split: ptxas
-    # sizes that kernel at 80 registers, and setmaxnreg.inc could then wait for registers
+    # sizes that kernel at 73 registers, and setmaxnreg.inc could then wait for registers
     # the block was never given.
     REGISTER_SPLIT = geometry(dtype, tile)[1] > 64
     pipe = wgmma_pipeline(dtype, a_kmajor, b_kmajor, geometry(dtype, tile), SPLIT_K)
