@@ -141,6 +141,7 @@ cp_async_bulk_tensor_2d_multicast = ptx_instruction(
     "completing its bytes on each one's mbarrier at offset ``bar``.",
 )
 
+
 def st_async_cluster_f32(count: int, stride: int):
     """The instruction that sends ``count`` floats (a multiple of 4) into another CTA's
     shared memory: ``(addr: u32, bar: u32, rank: u32, values)``, ``addr`` and ``bar``

@@ -205,17 +205,16 @@ def accumulator_store(n: int):
 
     @device_function
     def store(out, kind, r0, c0, M, N, acc):
+        width = 4 if kind == OUT_F32 else 2  # bytes per output element
         offset = int64(r0) * N + c0
+        at0, at8 = out + uint64(offset * width), out + uint64((offset + 8 * N) * width)
         ok0, ok8, left = uint32(r0 < M), uint32(r0 + 8 < M), N - c0
         if kind == OUT_F32:
-            as_f32(out + uint64(offset * 4), out + uint64((offset + 8 * N) * 4), ok0, ok8,
-                   left, acc)
+            as_f32(at0, at8, ok0, ok8, left, acc)
         elif kind == OUT_F16:
-            as_f16(out + uint64(offset * 2), out + uint64((offset + 8 * N) * 2), ok0, ok8,
-                   left, acc)
+            as_f16(at0, at8, ok0, ok8, left, acc)
         else:
-            as_bf16(out + uint64(offset * 2), out + uint64((offset + 8 * N) * 2), ok0, ok8,
-                    left, acc)
+            as_bf16(at0, at8, ok0, ok8, left, acc)
 
     return store
 
